@@ -1,0 +1,98 @@
+"""Decoding statistics: steps, tokens per step, accepted lengths, rates, per-step times."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+
+def device_sync(device: torch.device) -> None:
+    """Wait for queued device work so that a clock read measures it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+@dataclass
+class DecodeStats:
+    """What one generation did and how fast.
+
+    ``steps`` counts forward passes, the prefill included; ``step_tokens[i]`` is how many tokens
+    step i emitted (the prefill emits the first token). Times are device-synchronised.
+    """
+
+    mode: str
+    prompt_tokens: int = 0
+    steps: int = 0
+    new_tokens: int = 0
+    step_seconds: list[float] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+    accepted_histogram: Counter[int] = field(default_factory=Counter)
+    prefill_seconds: float = 0.0
+
+    def record(self, tokens: int, seconds: float, *, prefill: bool = False) -> None:
+        self.steps += 1
+        self.new_tokens += tokens
+        self.step_seconds.append(seconds)
+        self.step_tokens.append(tokens)
+        if prefill:
+            self.prefill_seconds = seconds
+        else:
+            self.accepted_histogram[tokens] += 1
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.step_seconds)
+
+    @property
+    def decode_seconds(self) -> float:
+        """Time after the first token."""
+        return self.total_seconds - self.prefill_seconds
+
+    @property
+    def time_to_first_token(self) -> float:
+        return self.prefill_seconds
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """New tokens per second over the whole generation, prefill included."""
+        return self.new_tokens / self.total_seconds if self.total_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "mode": self.mode,
+            "prompt_tokens": self.prompt_tokens,
+            "steps": self.steps,
+            "new_tokens": self.new_tokens,
+            "tokens_per_step": self.tokens_per_step,
+            "tokens_per_second": self.tokens_per_second,
+            "time_to_first_token": self.time_to_first_token,
+            "total_seconds": self.total_seconds,
+            "step_seconds": list(self.step_seconds),
+            "step_tokens": list(self.step_tokens),
+            "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_histogram.items())},
+        }
+
+
+class StepTimer:
+    """Times one step: synchronises the device before reading the clock at both ends."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._start = 0.0
+
+    def start(self) -> None:
+        device_sync(self.device)
+        self._start = time.perf_counter()
+
+    def stop(self) -> float:
+        device_sync(self.device)
+        return time.perf_counter() - self._start

@@ -1,0 +1,250 @@
+"""Load a causal LM and its tokenizer from any model source, with progress, cancel and clear errors."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.models.default_model import fetch_default_model
+from core.models.device import DeviceInfo, describe_device, resolve_device, resolve_dtype
+from core.models.errors import (
+    CorruptModelError,
+    LoadCancelledError,
+    ModelNotFoundError,
+    ModelOutOfMemoryError,
+    QuantizationUnavailableError,
+    TokenizerMissingError,
+    UnsupportedArchitectureError,
+)
+from core.models.gguf_file import cached_gguf_checkpoint
+from core.models.hub import download_hub_model
+from core.models.options import LoadOptions, ModelSource
+from core.paths import AppPaths
+from core.progress import CancelToken, ProgressCallback, no_progress
+
+log = logging.getLogger(__name__)
+
+FOUR_BIT_THRESHOLD = 1_000_000_000  # parameters; at and above this, CUDA loads default to 4-bit NF4
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to generate, with what the app shows about it."""
+
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any  # transformers PreTrainedTokenizerBase
+    source: ModelSource
+    device: torch.device
+    dtype: torch.dtype
+    quantization: str
+    device_info: DeviceInfo
+    context_length: int
+    parameters: int
+    load_seconds: float
+
+    @property
+    def name(self) -> str:
+        return self.source.display_name
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+
+def load_model(
+    source: ModelSource,
+    options: LoadOptions,
+    paths: AppPaths,
+    progress: ProgressCallback = no_progress,
+    cancel: CancelToken | None = None,
+) -> LoadedModel:
+    """Load ``source`` as ``options`` say; raise a :class:`~core.models.errors.ModelError` on failure.
+
+    Stages reported through ``progress``: fetch/convert (0-0.4), config, tokenizer, weights, ready.
+    ``cancel`` is honoured between stages and during downloads.
+    """
+    start = time.perf_counter()
+
+    def stage(text: str, lo: float, hi: float) -> ProgressCallback:
+        return lambda inner, frac: progress(inner or text, lo + (hi - lo) * frac)
+
+    folder = _local_folder(source, paths, stage("Preparing the model", 0.0, 0.4), cancel)
+    _check(cancel)
+    progress("Reading the model configuration", 0.45)
+    config = _read_config(folder)
+    device = resolve_device(options.device)
+    dtype = resolve_dtype(options.dtype, device)
+    parameters = _count_parameters(config)
+    quantization = _resolve_quantization(options.quantization, device, parameters)
+    _check(cancel)
+    progress("Loading the tokenizer", 0.5)
+    tokenizer = _load_tokenizer(folder)
+    _check(cancel)
+    progress("Loading the weights", 0.55)
+    _validate_safetensors(folder)
+    model = _load_weights(folder, device, dtype, quantization, options.attn_implementation)
+    model.eval()
+    progress("Model ready", 1.0)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        source=source,
+        device=device,
+        dtype=dtype,
+        quantization=quantization,
+        device_info=describe_device(device),
+        context_length=int(getattr(config, "max_position_embeddings", 0) or 2048),
+        parameters=parameters,
+        load_seconds=time.perf_counter() - start,
+    )
+
+
+def _local_folder(source: ModelSource, paths: AppPaths, progress: ProgressCallback, cancel: CancelToken | None) -> Path:
+    if source.kind == "default":
+        return fetch_default_model(paths, progress, cancel)
+    if source.kind == "hub":
+        return download_hub_model(source.location, paths.models_dir, progress, cancel)
+    path = Path(source.location).expanduser()
+    if source.kind == "gguf":
+        return cached_gguf_checkpoint(path, paths.models_dir, progress)
+    if not path.is_dir():
+        raise ModelNotFoundError(f"The model folder {path} does not exist.", "Check the path, or choose another model.")
+    if not (path / "config.json").is_file():
+        raise ModelNotFoundError(
+            f"{path} has no config.json, so it is not a Hugging Face model folder.",
+            "Choose the folder that holds config.json and the *.safetensors files.",
+        )
+    return path
+
+
+def _read_config(folder: Path) -> Any:
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError, KeyError) as err:
+        raise CorruptModelError(f"The model's config.json cannot be read: {err}", "Download the model again.") from err
+    model_type = getattr(config, "model_type", "?")
+    architectures = list(getattr(config, "architectures", None) or [])
+    causal_heads = [a for a in architectures if a.endswith(("ForCausalLM", "LMHeadModel"))]
+    if (
+        model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        or getattr(config, "is_encoder_decoder", False)
+        or (architectures and not causal_heads)
+    ):
+        shown = ", ".join(architectures) or model_type
+        raise UnsupportedArchitectureError(
+            f"The model is a '{shown}', not a decoder-only causal language model, so it cannot chat.",
+            "Choose a chat model such as a LLaMA, Mistral, Qwen or SmolLM instruct model.",
+        )
+    return config
+
+
+def _count_parameters(config: Any) -> int:
+    """Parameter count from the config alone (a meta-device model: no memory, no weights)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _resolve_quantization(requested: str, device: torch.device, parameters: int) -> str:
+    if requested == "auto":
+        return "4bit" if device.type == "cuda" and parameters >= FOUR_BIT_THRESHOLD else "none"
+    if requested == "none":
+        return "none"
+    try:
+        import bitsandbytes  # noqa: F401
+    except Exception as err:  # ImportError, or a native library that fails to load
+        raise QuantizationUnavailableError(
+            f"{requested} quantization needs bitsandbytes, which cannot be used here ({type(err).__name__}: {err}).",
+            "Choose quantization 'none', or install bitsandbytes for your platform (pip install bitsandbytes).",
+        ) from err
+    return requested
+
+
+def _load_tokenizer(folder: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError, TypeError) as err:
+        raise TokenizerMissingError(
+            f"The model folder {folder} has no usable tokenizer ({err}).",
+            "Add the model's tokenizer files (tokenizer.json or tokenizer.model) to the folder.",
+        ) from err
+
+
+def _validate_safetensors(folder: Path) -> None:
+    """Read every safetensors header and check the data fits the file: catches truncation early."""
+    import json
+    import struct
+
+    for file in sorted(folder.glob("*.safetensors")):
+        size = file.stat().st_size
+        try:
+            with file.open("rb") as f:
+                (header_len,) = struct.unpack("<Q", f.read(8))
+                if header_len > size - 8:
+                    raise ValueError("header longer than the file")
+                header = json.loads(f.read(header_len))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+            if 8 + header_len + end > size:
+                raise ValueError(f"file is {size} bytes, its header needs {8 + header_len + end}")
+        except (ValueError, KeyError, TypeError, struct.error) as err:
+            raise CorruptModelError(
+                f"The weights file {file.name} is truncated or damaged ({err}).", "Download or convert the model again."
+            ) from err
+
+
+def _load_weights(folder: Path, device: torch.device, dtype: torch.dtype, quantization: str, attn: str) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn}
+    if quantization != "none":
+        from transformers import BitsAndBytesConfig
+
+        if quantization == "4bit":
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype
+            )
+        else:
+            kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
+    if device.type == "cuda" or quantization != "none":
+        kwargs["device_map"] = {"": device}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        if "device_map" not in kwargs:
+            model.to(device)
+        return model
+    except torch.cuda.OutOfMemoryError as err:
+        raise _oom(device) from err
+    except MemoryError as err:
+        raise _oom(device) from err
+    except RuntimeError as err:
+        text = str(err).lower()
+        if "out of memory" in text or "can't allocate" in text or "not enough memory" in text:
+            raise _oom(device) from err
+        raise
+    except OSError as err:
+        raise CorruptModelError(f"The weights cannot be read: {err}", "Download or convert the model again.") from err
+
+
+def _oom(device: torch.device) -> ModelOutOfMemoryError:
+    where = "GPU" if device.type == "cuda" else "computer"
+    return ModelOutOfMemoryError(
+        f"The model does not fit in the {where}'s free memory.",
+        "Close other programs, choose 4-bit quantization, or pick a smaller model.",
+    )
+
+
+def _check(cancel: CancelToken | None) -> None:
+    if cancel is not None and cancel.cancelled:
+        raise LoadCancelledError()

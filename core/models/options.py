@@ -1,0 +1,63 @@
+"""What to load (a model source) and how (device, dtype, quantization), validated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+SourceKind = Literal["default", "folder", "gguf", "hub"]
+SOURCE_KINDS: tuple[str, ...] = ("default", "folder", "gguf", "hub")
+DEVICES: tuple[str, ...] = ("auto", "cuda", "cpu")
+DTYPES: tuple[str, ...] = ("auto", "fp32", "bf16", "fp16")
+QUANTIZATIONS: tuple[str, ...] = ("auto", "none", "8bit", "4bit")
+ATTENTIONS: tuple[str, ...] = ("sdpa", "eager")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from.
+
+    Attributes:
+        kind: ``default`` (the embedded SmolLM2-135M-Instruct), ``folder`` (a local Hugging Face
+            model folder), ``gguf`` (a local llama-family ``.gguf`` file) or ``hub`` (a repo id).
+        location: the folder, file or repo id; empty for ``default``.
+    """
+
+    kind: SourceKind = "default"
+    location: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in SOURCE_KINDS:
+            raise ValueError(f"Unknown model source {self.kind!r}; use one of {', '.join(SOURCE_KINDS)}.")
+        if self.kind != "default" and not self.location.strip():
+            raise ValueError(f"A {self.kind} model source needs a location.")
+
+    @property
+    def display_name(self) -> str:
+        if self.kind == "default":
+            return "SmolLM2-135M-Instruct"
+        if self.kind == "hub":
+            return self.location.rstrip("/").split("/")[-1]
+        path = Path(self.location)
+        return path.stem if self.kind == "gguf" else path.name
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a model; ``auto`` values are resolved per device by the loader."""
+
+    device: str = "auto"
+    dtype: str = "auto"
+    quantization: str = "auto"
+    attn_implementation: str = "sdpa"
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("device", self.device, DEVICES),
+            ("dtype", self.dtype, DTYPES),
+            ("quantization", self.quantization, QUANTIZATIONS),
+            ("attention", self.attn_implementation, ATTENTIONS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"Invalid {name} {value!r}; use one of {', '.join(allowed)}.")
