@@ -61,3 +61,17 @@ class LoadOptions:
         ):
             if value not in allowed:
                 raise ValueError(f"Invalid {name} {value!r}; use one of {', '.join(allowed)}.")
+
+
+def source_from_spec(spec: str) -> ModelSource:
+    """Read a command-line model spec: 'default', a folder, a .gguf file, or an owner/name repo id."""
+    if spec == "default":
+        return ModelSource()
+    path = Path(spec).expanduser()
+    if spec.lower().endswith(".gguf"):
+        return ModelSource("gguf", str(path))
+    if path.exists() or spec.startswith((".", "/", "~")) or "\\" in spec:
+        return ModelSource("folder", str(path))
+    if spec.count("/") == 1:
+        return ModelSource("hub", spec)
+    return ModelSource("folder", str(path))

@@ -1,0 +1,1 @@
+"""Lookahead Chat desktop app (PySide6 on qasync) and its command line."""

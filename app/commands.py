@@ -1,0 +1,128 @@
+"""The headless sub-commands of ``lookahead-chat`` (no Qt is imported here)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from core.paths import AppPaths
+
+
+def _progress_printer(label: str = ""):
+    """A progress callback drawing one updating line on stderr."""
+    last = [""]
+
+    def show(stage: str, fraction: float) -> None:
+        line = f"\r{label}{stage}: {fraction * 100:5.1f}%"
+        if line != last[0]:
+            sys.stderr.write(line.ljust(len(last[0])))
+            sys.stderr.flush()
+            last[0] = line
+        if fraction >= 1.0:
+            sys.stderr.write("\n")
+
+    return show
+
+
+def fetch_default(args: argparse.Namespace, paths: AppPaths) -> int:
+    from core.models.default_model import fetch_default_model, is_default_model_ready
+    from core.models.errors import ModelError
+
+    if is_default_model_ready(paths):
+        print(f"Default model already cached in {paths.models_dir}.")
+        return 0
+    try:
+        folder = fetch_default_model(paths.ensure(), _progress_printer())
+    except ModelError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"Default model ready in {folder}.")
+    return 0
+
+
+def models(args: argparse.Namespace, paths: AppPaths) -> int:
+    from core.models.registry import ModelRegistry
+
+    for known in ModelRegistry(paths).known():
+        state = "ready" if known.available else "not downloaded"
+        where = known.source.location or "embedded default"
+        print(f"{known.name:32} {known.source.kind:8} {state:15} {where}")
+    return 0
+
+
+def load_from_args(args: argparse.Namespace, paths: AppPaths):
+    """Load the model the settings name, with any command-line overrides."""
+    from core.models import load_model
+    from core.models.options import source_from_spec
+    from core.settings import SettingsStore
+
+    settings = SettingsStore(paths.config_dir).load().settings
+    source = source_from_spec(args.model) if args.model else settings.source
+    options = replace(
+        settings.load,
+        **{k: v for k, v in (("device", args.device), ("dtype", args.dtype), ("quantization", args.quantization)) if v},
+    )
+    return settings, load_model(source, options, paths.ensure(), _progress_printer(f"{source.display_name}: "))
+
+
+def ask(args: argparse.Namespace, paths: AppPaths) -> int:
+    from core.chat.answer import Answer
+    from core.chat.prompt import Message
+    from core.models.errors import ModelError
+    from core.tuning import lookahead_for
+
+    try:
+        settings, loaded = load_from_args(args, paths)
+    except ModelError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    mode = args.mode or settings.mode
+    messages = [Message("system", settings.system_prompt), Message("user", args.prompt)] if settings.system_prompt else [Message("user", args.prompt)]
+    config = lookahead_for(settings.lookahead, loaded, paths) if mode == "lookahead" else None
+    try:
+        answer = Answer(loaded, messages, lookahead=config, max_new_tokens=args.max_new_tokens or settings.sampling.max_new_tokens)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for delta in answer:
+        sys.stdout.write(delta.text)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    if args.stats:
+        s = answer.stats
+        label = config.label if config else "plain"
+        print(f"{s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, {s.tokens_per_step:.2f} tokens/step ({label})", file=sys.stderr)
+    return 0
+
+
+def bench(args: argparse.Namespace, paths: AppPaths) -> int:
+    from core.bench.cli import run_bench_command
+
+    return run_bench_command(args, paths)
+
+
+def self_test(paths: AppPaths) -> int:
+    """Load the default model, generate 16 tokens plain and lookahead, check they agree."""
+    import time
+
+    from core.lookahead import Decoding, LookaheadConfig
+    from core.models import LoadOptions, ModelError, ModelSource, load_model
+
+    start = time.perf_counter()
+    try:
+        loaded = load_model(ModelSource(), LoadOptions(dtype="fp32"), paths.ensure(), _progress_printer("self-test: "))
+    except ModelError as err:
+        print(f"self-test FAILED: {err}")
+        return 1
+    ids = loaded.tokenizer("def fibonacci(n):\n    ")["input_ids"]
+    plain = Decoding(loaded.model, ids, max_new_tokens=16)
+    lookahead = Decoding(loaded.model, ids, lookahead=LookaheadConfig(4, 4, 4), max_new_tokens=16)
+    list(plain), list(lookahead)
+    same = plain.tokens == lookahead.tokens and len(plain.tokens) == 16
+    verdict = "passed" if same else "FAILED (plain and lookahead differ)"
+    print(
+        f"self-test {verdict}: {loaded.name} on {loaded.device_info.label}, 16 tokens, "
+        f"{lookahead.stats.tokens_per_step:.2f} tokens/step, {time.perf_counter() - start:.1f} s"
+    )
+    return 0 if same else 1

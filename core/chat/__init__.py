@@ -1,0 +1,1 @@
+"""Chat: prompt building with context limits, conversation history."""
