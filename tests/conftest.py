@@ -1,0 +1,92 @@
+"""Shared fixtures: tiny seeded random models, the real default model, isolated app folders."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.models.default_model import default_model_dir, is_default_model_ready
+from core.paths import AppPaths
+
+TINY_VOCAB = 49152  # the default model's tokenizer, so tiny models can chat in real text
+
+
+def tiny_llama_config(vocab_size: int = 256, **overrides):
+    from transformers import LlamaConfig
+
+    params = dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        tie_word_embeddings=True,
+    )
+    params.update(overrides)
+    return LlamaConfig(**params)
+
+
+def make_model(config, seed: int = 0, attn: str = "sdpa"):
+    """A randomly initialised causal LM, seeded, fp32, eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config._attn_implementation = attn
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attn).eval()
+
+
+@pytest.fixture(scope="session")
+def real_paths() -> AppPaths:
+    """The user's real folders (for the cached default model)."""
+    return AppPaths.default()
+
+
+@pytest.fixture
+def app_paths(tmp_path: Path, real_paths: AppPaths) -> AppPaths:
+    """Fresh config and data folders; the model cache is the real one (the default model lives there)."""
+    return AppPaths(tmp_path / "config", tmp_path / "data", real_paths.cache_dir).ensure()
+
+
+@pytest.fixture(scope="session")
+def default_model_folder(real_paths: AppPaths) -> Path:
+    """The converted default model; `make test` fetches it before the tests run."""
+    if not is_default_model_ready(real_paths):
+        pytest.fail("The default model is not cached: run `make test` (it fetches it) or `lookahead-chat fetch-default`.")
+    return default_model_dir(real_paths)
+
+
+@pytest.fixture(scope="session")
+def default_loaded(real_paths: AppPaths, default_model_folder: Path):
+    """The real default model in fp32 on the CPU (loaded once per session)."""
+    from core.models import LoadOptions, ModelSource, load_model
+
+    return load_model(ModelSource(), LoadOptions(device="cpu", dtype="fp32"), real_paths)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_folder(tmp_path_factory: pytest.TempPathFactory, default_model_folder: Path) -> Path:
+    """A tiny seeded random LLaMA saved as a real model folder, with the default model's tokenizer."""
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    model = make_model(tiny_llama_config(TINY_VOCAB, max_position_embeddings=1024), seed=0)
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        src = default_model_folder / name
+        if src.exists():
+            shutil.copy(src, folder / name)
+    return folder
+
+
+@pytest.fixture
+def tiny_loaded(tiny_model_folder: Path, app_paths: AppPaths):
+    """The tiny model loaded through the real loader (fp32, CPU)."""
+    from core.models import LoadOptions, ModelSource, load_model
+
+    return load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu", dtype="fp32"), app_paths)
