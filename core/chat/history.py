@@ -1,0 +1,293 @@
+"""Chat history in SQLite (WAL): conversations and messages, schema migrations, export.
+
+The answer being generated is stored with status ``generating`` and rewritten as it grows; a
+store opened after a crash marks such answers ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+HISTORY_FILE = "history.sqlite3"
+STATUSES = ("complete", "generating", "stopped", "interrupted")
+
+# Migration i (1-based) brings the schema from version i-1 to version i. Never edit one that shipped.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE conversations (
+        id INTEGER PRIMARY KEY,
+        title TEXT NOT NULL,
+        created REAL NOT NULL,
+        updated REAL NOT NULL
+    );
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY,
+        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        created REAL NOT NULL
+    );
+    """,
+    """
+    ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete';
+    ALTER TABLE messages ADD COLUMN mode TEXT;
+    ALTER TABLE messages ADD COLUMN stats TEXT;
+    CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class HistoryError(Exception):
+    """Saving or reading the history failed; ``str(err)`` says what happened and what to do."""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    created: float
+    updated: float
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One message; assistant messages carry the mode that produced them and its figures."""
+
+    id: int
+    conversation_id: int
+    role: str
+    content: str
+    created: float
+    status: str = "complete"
+    mode: str | None = None
+    stats: dict[str, Any] | None = field(default=None)
+
+
+def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Apply the migrations from the database's version up to ``target``; returns the old version.
+
+    Raises:
+        HistoryError: the file was written by a newer version of the app.
+    """
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise HistoryError(
+            f"The chat history was written by a newer version of Lookahead Chat (schema {version}, "
+            f"this version knows {SCHEMA_VERSION}). Update the app to open it."
+        )
+    for number in range(version + 1, target + 1):
+        log.info("migrating chat history to schema %d", number)
+        try:
+            conn.executescript(f"BEGIN; {MIGRATIONS[number - 1]} PRAGMA user_version = {number}; COMMIT;")
+        except sqlite3.Error:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    return version
+
+
+class HistoryStore:
+    """The chat history database. Use from one thread (the GUI thread)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(path, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            migrate(self._conn)
+            self.recovered = self._mark_interrupted()
+        except sqlite3.Error as err:
+            raise _history_error(err, path) from err
+
+    @classmethod
+    def in_folder(cls, data_dir: Path) -> "HistoryStore":
+        return cls(data_dir / HISTORY_FILE)
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        return self._conn
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def conversations(self, query: str = "") -> list[Conversation]:
+        """Conversations, newest first; ``query`` filters by title or message text (case-insensitive)."""
+        sql = "SELECT id, title, created, updated FROM conversations"
+        args: tuple[Any, ...] = ()
+        if query.strip():
+            like = f"%{_escape_like(query.strip())}%"
+            sql += (
+                " WHERE title LIKE ? ESCAPE '\\' OR id IN "
+                "(SELECT conversation_id FROM messages WHERE content LIKE ? ESCAPE '\\')"
+            )
+            args = (like, like)
+        rows = self._read(sql + " ORDER BY updated DESC, id DESC", args)
+        return [Conversation(*row) for row in rows]
+
+    def conversation(self, conversation_id: int) -> Conversation | None:
+        rows = self._read("SELECT id, title, created, updated FROM conversations WHERE id = ?", (conversation_id,))
+        return Conversation(*rows[0]) if rows else None
+
+    def create_conversation(self, title: str) -> Conversation:
+        now = time.time()
+        cur = self._write("INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)", (title, now, now))
+        return Conversation(int(cur.lastrowid), title, now, now)
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        self._write("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+
+    def delete(self, conversation_id: int) -> None:
+        self._write("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    def messages(self, conversation_id: int) -> list[StoredMessage]:
+        rows = self._read(
+            "SELECT id, conversation_id, role, content, created, status, mode, stats FROM messages "
+            "WHERE conversation_id = ? ORDER BY id",
+            (conversation_id,),
+        )
+        return [StoredMessage(*row[:7], json.loads(row[7]) if row[7] else None) for row in rows]
+
+    def add_message(
+        self,
+        conversation_id: int,
+        role: str,
+        content: str,
+        *,
+        status: str = "complete",
+        mode: str | None = None,
+        stats: dict[str, Any] | None = None,
+    ) -> StoredMessage:
+        """Append a message and mark the conversation as updated."""
+        now = time.time()
+        with self._transaction():
+            cur = self._conn.execute(
+                "INSERT INTO messages (conversation_id, role, content, created, status, mode, stats) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, now, _status(status), mode, _dump(stats)),
+            )
+            self._conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
+        return StoredMessage(int(cur.lastrowid), conversation_id, role, content, now, status, mode, stats)
+
+    def update_message(
+        self,
+        message_id: int,
+        content: str,
+        *,
+        status: str | None = None,
+        mode: str | None = None,
+        stats: dict[str, Any] | None = None,
+    ) -> None:
+        """Rewrite a message's text; status, mode and stats change only when given."""
+        sets, args = ["content = ?"], [content]
+        for column, value in (("status", status and _status(status)), ("mode", mode), ("stats", _dump(stats))):
+            if value is not None:
+                sets.append(f"{column} = ?")
+                args.append(value)
+        self._write(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id))
+
+    def delete_messages_from(self, message_id: int) -> None:
+        """Delete a message and every later message of its conversation (regenerate, edit)."""
+        self._write(
+            "DELETE FROM messages WHERE conversation_id = (SELECT conversation_id FROM messages WHERE id = ?) "
+            "AND id >= ?",
+            (message_id, message_id),
+        )
+
+    def export_json(self, conversation_id: int) -> dict[str, Any]:
+        """The conversation as a JSON-ready dict (title, times, messages with modes and figures)."""
+        conv = self.conversation(conversation_id)
+        if conv is None:
+            raise HistoryError("That conversation no longer exists.")
+        return {
+            "title": conv.title,
+            "created": conv.created,
+            "updated": conv.updated,
+            "messages": [
+                {"role": m.role, "content": m.content, "created": m.created, "status": m.status, "mode": m.mode, "stats": m.stats}
+                for m in self.messages(conversation_id)
+            ],
+        }
+
+    def export_markdown(self, conversation_id: int) -> str:
+        """The conversation as Markdown: a heading, then each turn under its speaker."""
+        data = self.export_json(conversation_id)
+        parts = [f"# {data['title']}\n"]
+        for m in data["messages"]:
+            note = ""
+            if m["role"] == "assistant" and m["mode"]:
+                note = f" ({m['mode']}"
+                if m["stats"] and m["stats"].get("tokens_per_second"):
+                    note += f", {m['stats']['tokens_per_second']:.1f} tok/s"
+                note += ")"
+            if m["status"] in ("stopped", "interrupted"):
+                note += f" [{m['status']}]"
+            parts.append(f"## {m['role'].title()}{note}\n\n{m['content']}\n")
+        return "\n".join(parts)
+
+    def _mark_interrupted(self) -> int:
+        cur = self._conn.execute("UPDATE messages SET status = 'interrupted' WHERE status = 'generating'")
+        if cur.rowcount:
+            log.warning("marked %d answer(s) interrupted by a crash", cur.rowcount)
+        return cur.rowcount
+
+    def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        try:
+            return self._conn.execute(sql, args).fetchall()
+        except sqlite3.Error as err:
+            raise _history_error(err, self.path) from err
+
+    def _write(self, sql: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
+        with self._transaction():
+            return self._conn.execute(sql, args)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN ... COMMIT, ROLLBACK on error; sqlite errors become :class:`HistoryError`."""
+        try:
+            self._conn.execute("BEGIN")
+            yield
+            self._conn.execute("COMMIT")
+        except BaseException as err:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            if isinstance(err, sqlite3.Error):
+                raise _history_error(err, self.path) from err
+            raise
+
+
+def _history_error(err: sqlite3.Error, path: Path) -> HistoryError:
+    code = getattr(err, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or "full" in str(err).lower():
+        return HistoryError(
+            f"Could not save the chat: the disk is full ({path.parent}). "
+            "Free some disk space; the text stays in the window and is saved when there is room again."
+        )
+    return HistoryError(f"The chat history ({path}) could not be used: {err}. Check that the folder is writable.")
+
+
+def _status(status: str) -> str:
+    if status not in STATUSES:
+        raise ValueError(f"message status must be one of {', '.join(STATUSES)} (got {status!r})")
+    return status
+
+
+def _dump(stats: dict[str, Any] | None) -> str | None:
+    return json.dumps(stats) if stats is not None else None
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -1,0 +1,119 @@
+"""The SQLite chat history: storage, search, crash recovery, migrations, export, disk-full errors."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from core.chat.history import SCHEMA_VERSION, HistoryError, HistoryStore, migrate
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = HistoryStore(tmp_path / "history.sqlite3")
+    yield s
+    s.close()
+
+
+def test_conversations_and_messages_round_trip(store: HistoryStore) -> None:
+    conv = store.create_conversation("Binary search")
+    store.add_message(conv.id, "user", "Write a binary search")
+    answer = store.add_message(conv.id, "assistant", "", status="generating")
+    store.update_message(answer.id, "def search(xs, x): ...", status="complete", mode="lookahead W4 N4 G4",
+                         stats={"tokens_per_second": 31.5, "tokens_per_step": 1.8})
+    messages = store.messages(conv.id)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[1].content == "def search(xs, x): ..."
+    assert messages[1].mode == "lookahead W4 N4 G4"
+    assert messages[1].stats == {"tokens_per_second": 31.5, "tokens_per_step": 1.8}
+    assert store.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_search_matches_title_and_text_and_rename_delete(store: HistoryStore) -> None:
+    a = store.create_conversation("Packing list")
+    b = store.create_conversation("Other")
+    store.add_message(b.id, "user", "what is 100% of a_b?")
+    assert [c.id for c in store.conversations("packing")] == [a.id]
+    assert [c.id for c in store.conversations("100%")] == [b.id]
+    assert [c.id for c in store.conversations("a_b")] == [b.id]
+    assert store.conversations("zzz") == []
+    store.rename(a.id, "Trip")
+    assert store.conversation(a.id).title == "Trip"
+    store.delete(b.id)
+    assert [c.id for c in store.conversations()] == [a.id]
+    assert store.connection.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 0
+
+
+def test_delete_messages_from_keeps_earlier_turns(store: HistoryStore) -> None:
+    conv = store.create_conversation("t")
+    first = store.add_message(conv.id, "user", "1")
+    store.add_message(conv.id, "assistant", "2")
+    third = store.add_message(conv.id, "user", "3")
+    store.add_message(conv.id, "assistant", "4")
+    store.delete_messages_from(third.id)
+    assert [m.content for m in store.messages(conv.id)] == ["1", "2"]
+    assert store.messages(conv.id)[0].id == first.id
+
+
+def test_answer_left_generating_is_marked_interrupted_on_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite3"
+    s = HistoryStore(path)
+    conv = s.create_conversation("t")
+    msg = s.add_message(conv.id, "assistant", "", status="generating")
+    s.update_message(msg.id, "partial text")
+    s.connection.close()  # no clean shutdown
+    again = HistoryStore(path)
+    assert again.recovered == 1
+    [m] = again.messages(conv.id)
+    assert (m.content, m.status) == ("partial text", "interrupted")
+    again.close()
+
+
+def test_migration_from_version_1_keeps_data(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    conn = sqlite3.connect(path, isolation_level=None)
+    migrate(conn, target=1)
+    conn.execute("INSERT INTO conversations (id, title, created, updated) VALUES (1, 'old', 1.0, 2.0)")
+    conn.execute("INSERT INTO messages (conversation_id, role, content, created) VALUES (1, 'user', 'hello', 1.0)")
+    conn.close()
+    s = HistoryStore(path)
+    assert s.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    [m] = s.messages(1)
+    assert (m.content, m.status, m.mode, m.stats) == ("hello", "complete", None, None)
+    s.close()
+
+
+def test_newer_schema_is_refused_with_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "new.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(HistoryError, match="newer version"):
+        HistoryStore(path)
+
+
+def test_export_markdown_and_json(store: HistoryStore) -> None:
+    conv = store.create_conversation("Fib")
+    store.add_message(conv.id, "user", "fib?")
+    store.add_message(conv.id, "assistant", "```python\ndef fib(n): ...\n```", mode="plain",
+                      stats={"tokens_per_second": 12.0}, status="stopped")
+    md = store.export_markdown(conv.id)
+    assert md.startswith("# Fib\n")
+    assert "## Assistant (plain, 12.0 tok/s) [stopped]" in md
+    assert "def fib(n)" in md
+    data = json.loads(json.dumps(store.export_json(conv.id)))
+    assert data["title"] == "Fib" and data["messages"][1]["mode"] == "plain"
+
+
+def test_full_disk_raises_a_history_error_and_keeps_the_store_usable(store: HistoryStore) -> None:
+    conv = store.create_conversation("t")
+    pages = store.connection.execute("PRAGMA page_count").fetchone()[0]
+    store.connection.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(HistoryError, match="disk is full"):
+        store.add_message(conv.id, "assistant", "x" * 200_000)
+    store.connection.execute("PRAGMA max_page_count = 1000000")
+    store.add_message(conv.id, "assistant", "fits now")
+    assert [m.content for m in store.messages(conv.id)] == ["fits now"]
