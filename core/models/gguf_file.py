@@ -28,14 +28,25 @@ def validate_gguf(path: Path) -> str:
             f"The GGUF file {path.name} is damaged or truncated ({type(err).__name__}: {err}).",
             "Download the file again.",
         ) from err
-    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
-
-    if architecture not in GGUF_CONFIG_MAPPING:
+    supported = supported_gguf_architectures()
+    if architecture not in supported:
         raise UnsupportedArchitectureError(
             f"The GGUF file {path.name} holds a '{architecture}' model, which this app cannot load from GGUF.",
-            f"Use a GGUF of one of: {', '.join(sorted(GGUF_CONFIG_MAPPING))}; or a Hugging Face model folder.",
+            f"Use a GGUF of one of: {', '.join(sorted(supported))}; or a Hugging Face model folder.",
         )
     return architecture
+
+
+def supported_gguf_architectures() -> set[str]:
+    """GGUF architectures transformers reads AND that are decoder-only causal LMs.
+
+    transformers' GGUF_CONFIG_MAPPING also holds the non-architecture sections 'general' and
+    'tokenizer' and the encoder-decoder 't5'/'umt5', which cannot chat.
+    """
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return {a for a in GGUF_CONFIG_MAPPING if a in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES}
 
 
 def converted_gguf_dir(path: Path, models_dir: Path) -> Path:

@@ -1,0 +1,91 @@
+"""Write small but real GGUF files with gguf.GGUFWriter (no download, no llama.cpp).
+
+``write_tiny_llama_gguf`` stores a seeded tiny LLaMA the way llama.cpp's converter does (the q/k
+rows permuted for its rotary layout, a byte-level BPE vocabulary, a ChatML template), so that
+transformers dequantises it back into exactly the same model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from conftest import make_model, tiny_llama_config
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _byte_tokens() -> list[str]:
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    b2u = bytes_to_unicode()
+    return [b2u[b] for b in range(256)]
+
+
+def _permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """HF q/k rows -> llama.cpp's interleaved rotary layout (transformers undoes this on load)."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_tiny_llama_gguf(path: Path, seed: int = 0):
+    """Write a tiny llama GGUF (about 0.4 MB, fp32 tensors) and return the model it holds."""
+    tokens = [*_byte_tokens(), "<|endoftext|>", "<|im_start|>", "<|im_end|>", "\u0120t"]
+    config = tiny_llama_config(len(tokens), bos_token_id=257, eos_token_id=258, pad_token_id=256)
+    model = make_model(config, seed=seed)
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny-llama")
+    w.add_context_length(config.max_position_embeddings)
+    w.add_embedding_length(config.hidden_size)
+    w.add_block_count(config.num_hidden_layers)
+    w.add_feed_forward_length(config.intermediate_size)
+    w.add_head_count(config.num_attention_heads)
+    w.add_head_count_kv(config.num_key_value_heads)
+    w.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
+    w.add_layer_norm_rms_eps(config.rms_norm_eps)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * 256 + [3, 3, 3, 1])  # 3: control tokens
+    w.add_token_merges(["\u0120 t"])
+    w.add_bos_token_id(257)
+    w.add_eos_token_id(258)
+    w.add_pad_token_id(256)
+    w.add_chat_template(CHATML)
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(config.num_hidden_layers):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
+        w.add_tensor(f"blk.{i}.attn_q.weight", _permute(sd[p + "self_attn.q_proj.weight"], config.num_attention_heads))
+        w.add_tensor(f"blk.{i}.attn_k.weight", _permute(sd[p + "self_attn.k_proj.weight"], config.num_key_value_heads))
+        w.add_tensor(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        w.add_tensor(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+        w.add_tensor(f"blk.{i}.ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+        w.add_tensor(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])  # no output.weight: tied embeddings
+    _finish(w)
+    return model
+
+
+def write_metadata_gguf(path: Path, architecture: str) -> None:
+    """A valid GGUF with only a little metadata and one small tensor, of any architecture name."""
+    w = gguf.GGUFWriter(str(path), architecture)
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    _finish(w)
+
+
+def _finish(w: gguf.GGUFWriter) -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
