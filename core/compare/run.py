@@ -1,0 +1,163 @@
+"""Run a comparison: plain and lookahead on one prompt, one after the other, order alternating.
+
+:class:`ComparisonRun` is an iterator of events (a run started, a step streamed, a run finished),
+meant to be consumed off the GUI thread; :meth:`ComparisonRun.result` gives the comparison.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from core.chat.answer import eos_token_ids
+from core.chat.prompt import Message, build_prompt
+from core.compare.record import LOOKAHEAD, PLAIN, Comparison, RunRecord
+from core.lookahead import Decoding, LookaheadConfig
+from core.models.loader import LoadedModel
+from core.progress import CancelToken
+from core.textstream import TextStream
+
+WARM_UP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """What to compare: the prompt, the settings both runs share, and how many repeats."""
+
+    prompt: str
+    system_prompt: str
+    lookahead: LookaheadConfig
+    max_new_tokens: int
+    repeats: int = 1
+    conversation_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.prompt.strip():
+            raise ValueError("The prompt is empty: type something to compare.")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be at least 1 (got {self.repeats}).")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max new tokens must be at least 1 (got {self.max_new_tokens}).")
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    repeat: int
+    mode: str
+
+
+@dataclass(frozen=True)
+class RunStep:
+    """One forward pass of the current run: new text and the running totals."""
+
+    repeat: int
+    mode: str
+    text: str
+    tokens: int
+    seconds: float
+    new_tokens: int
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class RunDone:
+    record: RunRecord
+
+
+Event = RunStarted | RunStep | RunDone
+
+
+def run_order(repeat: int) -> tuple[str, str]:
+    """Which mode goes first in a repeat: plain on even repeats, lookahead on odd ones."""
+    return (PLAIN, LOOKAHEAD) if repeat % 2 == 0 else (LOOKAHEAD, PLAIN)
+
+
+class ComparisonRun:
+    """Runs ``request`` on ``loaded``; iterate for events, then read :meth:`result`.
+
+    Both modes use the same prompt ids, the same greedy decoding loop and timers, and a fresh
+    n-gram pool per run, so repeats are independent. ``cancel`` is checked between steps.
+    ``warm_up`` first runs both modes briefly, unrecorded, so first-call costs stay out.
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        request: CompareRequest,
+        cancel: CancelToken | None = None,
+        warm_up: bool = False,
+    ) -> None:
+        self.loaded = loaded
+        self.request = request
+        self.cancel = cancel or CancelToken()
+        self.warm_up = warm_up
+        messages = [Message("system", request.system_prompt)] if request.system_prompt else []
+        messages.append(Message("user", request.prompt))
+        budget = loaded.context_length - request.max_new_tokens
+        self.prompt_ids = build_prompt(loaded.tokenizer, messages, budget).ids
+        self.eos = eos_token_ids(loaded)
+        self._comparison = Comparison(
+            id=uuid.uuid4().hex[:12],
+            created=datetime.now().isoformat(timespec="seconds"),
+            prompt=request.prompt,
+            system_prompt=request.system_prompt,
+            model=loaded.name,
+            device=loaded.device_info.label,
+            dtype=str(loaded.dtype).removeprefix("torch."),
+            lookahead=request.lookahead.label,
+            max_new_tokens=request.max_new_tokens,
+            repeats=request.repeats,
+            conversation_id=request.conversation_id,
+        )
+
+    def __iter__(self) -> Iterator[Event]:
+        if self.warm_up:
+            for mode in (PLAIN, LOOKAHEAD):
+                for _ in self._decoding(mode, WARM_UP_TOKENS):
+                    pass
+        for repeat in range(self.request.repeats):
+            for position, mode in enumerate(run_order(repeat)):
+                if self.cancel.cancelled:
+                    self._comparison.cancelled = True
+                    return
+                yield RunStarted(repeat, mode)
+                record = yield from self._measure(repeat, position, mode)
+                if record is None:
+                    self._comparison.cancelled = True
+                    return
+                self._comparison.runs.append(record)
+                yield RunDone(record)
+
+    def result(self) -> Comparison:
+        """The comparison so far (complete once iteration has ended)."""
+        return self._comparison
+
+    def _decoding(self, mode: str, max_new_tokens: int) -> Decoding:
+        return Decoding(
+            self.loaded.model,
+            self.prompt_ids,
+            lookahead=self.request.lookahead if mode == LOOKAHEAD else None,
+            max_new_tokens=max_new_tokens,
+            eos_token_ids=self.eos,
+            cancel=self.cancel,
+        )
+
+    def _measure(self, repeat: int, position: int, mode: str) -> Generator[Event, None, RunRecord | None]:
+        """Stream one run; its record, or ``None`` when it was cancelled."""
+        decoding = self._decoding(mode, self.request.max_new_tokens)
+        stream = TextStream(self.loaded.tokenizer)
+        new_tokens, elapsed = 0, 0.0
+        for step in decoding:
+            new_tokens += len(step.tokens)
+            elapsed += step.seconds
+            yield RunStep(repeat, mode, stream.push(step.tokens), len(step.tokens), step.seconds, new_tokens, elapsed)
+        if decoding.finish_reason == "cancelled":
+            return None
+        tail = stream.flush()
+        if tail:
+            yield RunStep(repeat, mode, tail, 0, 0.0, new_tokens, elapsed)
+        stats = decoding.stats
+        return RunRecord(mode, repeat, position, list(decoding.tokens), stream.text, decoding.finish_reason,
+                         list(stats.step_seconds), list(stats.step_tokens))
