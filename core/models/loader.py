@@ -124,7 +124,10 @@ def _local_folder(source: ModelSource, paths: AppPaths, progress: ProgressCallba
 
 def _read_config(folder: Path) -> Any:
     from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     try:
         config = AutoConfig.from_pretrained(folder)
@@ -137,6 +140,8 @@ def _read_config(folder: Path) -> Any:
         model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
         or getattr(config, "is_encoder_decoder", False)
         or (architectures and not causal_heads)
+        # BERT-like encoders have a causal head class too, but are decoders only with is_decoder=True.
+        or (model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False))
     ):
         shown = ", ".join(architectures) or model_type
         raise UnsupportedArchitectureError(
@@ -230,7 +235,8 @@ def _load_weights(folder: Path, device: torch.device, dtype: torch.dtype, quanti
         raise _oom(device) from err
     except RuntimeError as err:
         text = str(err).lower()
-        if "out of memory" in text or "can't allocate" in text or "not enough memory" in text:
+        # "cannot allocate memory": safetensors' mmap of the weights failing (ENOMEM, errno 12).
+        if any(s in text for s in ("out of memory", "can't allocate", "cannot allocate memory", "not enough memory")):
             raise _oom(device) from err
         raise
     except OSError as err:
