@@ -1,18 +1,49 @@
-"""Start the GUI."""
+"""Start the GUI: hub offline mode first, then Qt on a qasync event loop."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 import sys
 
 from core.paths import AppPaths
 
+log = logging.getLogger(__name__)
+
+OFFLINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+def enable_offline_mode() -> None:
+    """No network calls from the hub libraries unless the user asks for a download.
+
+    Must run before ``transformers`` or ``huggingface_hub`` are imported: they read it once.
+    """
+    for name, value in OFFLINE_ENVIRONMENT.items():
+        os.environ[name] = value
+    for module in ("transformers", "huggingface_hub"):
+        if module in sys.modules:
+            log.warning("%s was imported before offline mode was set", module)
+
 
 def run_gui(paths: AppPaths) -> int:
     """Show the main window and run the Qt event loop under qasync until it closes."""
-    from PySide6.QtWidgets import QApplication, QLabel
+    enable_offline_mode()
+    import qasync
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv)
-    label = QLabel("Lookahead Chat")
-    label.resize(640, 400)
-    label.show()
-    return app.exec()
+    app.setApplicationName("Lookahead Chat")
+    app.setDesktopFileName("lookahead-chat")
+    window = MainWindow(paths)
+    window.show()
+
+    async def until_closed() -> None:
+        closed = asyncio.Event()
+        app.aboutToQuit.connect(closed.set)
+        await closed.wait()
+
+    qasync.run(until_closed())
+    return 0

@@ -1,0 +1,344 @@
+"""The chat's behaviour: send, stop, regenerate, edit and resend, streaming into the view and the history.
+
+The growing answer is saved about once a second; an answer that ends early is marked stopped (the
+user pressed Stop) or interrupted (an error, or the app closed mid-answer).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+
+from app.chat_view import ChatView
+from app.composer import Composer
+from app.jobs import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart
+from app.message_widget import MessageWidget
+from app.worker import ModelWorker
+from core.chat.history import HistoryError, HistoryStore, StoredMessage
+from core.chat.prompt import Message
+from core.progress import CancelToken
+from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+AUTOSAVE_MS = 1000
+TITLE_LENGTH = 48
+
+
+@dataclass
+class LiveAnswer:
+    """The answer being generated."""
+
+    conversation_id: int
+    message_id: int
+    cancel: CancelToken
+    job_id: int = 0
+    text: str = ""
+    saved_text: str = ""
+    started_at: float = field(default_factory=time.monotonic)
+    start: AnswerStart | None = None
+    figures: AnswerFigures | None = None
+
+    def live_rate(self) -> float:
+        """Tokens per second of wall time since the prompt was ready (updates even between steps)."""
+        if self.figures is None:
+            return 0.0
+        elapsed = time.monotonic() - self.started_at
+        return self.figures.new_tokens / elapsed if elapsed > 0 else 0.0
+
+
+def title_from(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "New chat"
+    return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"
+
+
+def context_note(start: AnswerStart) -> str:
+    if not start.dropped_messages:
+        return ""
+    turns = "message was" if start.dropped_messages == 1 else "messages were"
+    return (
+        f"{start.dropped_messages} earlier {turns} left out to fit the model's context of "
+        f"{start.context_length} tokens (the system prompt is kept)."
+    )
+
+
+class ChatController(QObject):
+    """Connects the composer and the chat view to the history store and the model worker."""
+
+    busy_changed = Signal(bool)
+    conversations_changed = Signal()
+    error = Signal(str)  # shown in the window's notice bar
+    answer_done = Signal(object)  # AnswerOutcome
+
+    def __init__(
+        self,
+        store: HistoryStore,
+        worker: ModelWorker,
+        view: ChatView,
+        composer: Composer,
+        settings: Callable[[], Settings],
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.worker = worker
+        self.view = view
+        self.composer = composer
+        self.settings = settings
+        self.current_id: int | None = None
+        self.live: LiveAnswer | None = None
+        self._ids: list[int] = []  # message ids of the view's widgets, in order
+        self._unsaved: tuple[int, str, str, AnswerOutcome] | None = None
+        self._autosave = QTimer(self, interval=AUTOSAVE_MS)
+        self._autosave.timeout.connect(self.save_progress)
+        queued = Qt.ConnectionType.QueuedConnection
+        worker.answer_started.connect(self._started, queued)
+        worker.answer_delta.connect(self._delta, queued)
+        worker.answer_finished.connect(self._finished, queued)
+        composer.send_requested.connect(self.send)
+        composer.stop_requested.connect(self.stop)
+        view.edit_requested.connect(self.edit_last)
+        view.regenerate_requested.connect(self.regenerate)
+
+    @property
+    def busy(self) -> bool:
+        return self.live is not None
+
+    # --- conversations ----------------------------------------------------------------------------
+
+    def open(self, conversation_id: int | None) -> None:
+        """Show a conversation (None: an empty new chat)."""
+        self.composer.cancel_edit()
+        self.current_id = conversation_id
+        self.view.clear()
+        self._ids = []
+        if conversation_id is None:
+            return
+        try:
+            messages = self.store.messages(conversation_id)
+        except HistoryError as err:
+            self.error.emit(str(err))
+            return
+        for message in messages:
+            self._show(message)
+        self.view.scroll_to_bottom()
+
+    def delete(self, conversation_id: int) -> bool:
+        """Delete a conversation (not while it is generating); True when deleted."""
+        if self.live is not None and self.live.conversation_id == conversation_id:
+            self.error.emit("This chat is generating an answer: press Stop first, then delete it.")
+            return False
+        try:
+            self.store.delete(conversation_id)
+        except HistoryError as err:
+            self.error.emit(str(err))
+            return False
+        self.worker.forget(conversation_id)
+        if self.current_id == conversation_id:
+            self.open(None)
+        self.conversations_changed.emit()
+        return True
+
+    # --- user actions -----------------------------------------------------------------------------
+
+    def send(self, text: str) -> None:
+        """Send ``text`` as the next user message (replacing the last one when editing)."""
+        if self.busy or not text.strip():
+            return
+        try:
+            if self.composer.editing:
+                self._drop_from(self._last_index("user"))
+                self.composer.end_edit()
+            if self.current_id is None:
+                self.current_id = self.store.create_conversation(title_from(text)).id
+            user = self.store.add_message(self.current_id, "user", text)
+        except HistoryError as err:
+            self.error.emit(str(err))
+            return
+        self.composer.box.clear()
+        self._show(user)
+        self._answer()
+        self.conversations_changed.emit()
+
+    def stop(self) -> None:
+        """Stop the answer; the worker ends it within one decoding step."""
+        if self.live is not None:
+            self.live.cancel.cancel()
+
+    def regenerate(self) -> None:
+        """Replace the last answer with a new one."""
+        index = self._last_index("assistant")
+        if self.busy or index < 0 or index != len(self._ids) - 1:
+            return
+        try:
+            self._drop_from(index)
+        except HistoryError as err:
+            self.error.emit(str(err))
+            return
+        self._answer()
+
+    def edit_last(self) -> None:
+        """Put the last user message into the composer; Send replaces it and what followed."""
+        index = self._last_index("user")
+        if self.busy or index < 0:
+            return
+        self.composer.begin_edit(self.view.messages[index].text)
+
+    def copy_last_answer(self) -> None:
+        index = self._last_index("assistant")
+        if index >= 0:
+            self.view.messages[index].copy_text()
+
+    # --- generation -------------------------------------------------------------------------------
+
+    def _answer(self) -> None:
+        assert self.current_id is not None
+        settings = self.settings()
+        history = [Message(m.role, m.content) for m in self.store.messages(self.current_id) if m.content or m.role == "user"]
+        messages = ([Message("system", settings.system_prompt)] if settings.system_prompt else []) + history
+        try:
+            stored = self.store.add_message(self.current_id, "assistant", "", status="generating")
+        except HistoryError as err:
+            self.error.emit(str(err))
+            return
+        widget = self._show(stored)
+        widget.set_status("generating")
+        token = CancelToken()
+        self.live = LiveAnswer(self.current_id, stored.id, token)
+        self.live.job_id = self.worker.generate(
+            AnswerRequest(self.current_id, tuple(messages), settings.mode, settings.lookahead, settings.sampling, token)
+        )
+        self._autosave.start()
+        self.view.set_busy(True)
+        self.composer.set_busy(True)
+        self.busy_changed.emit(True)
+
+    def _live_widget(self) -> MessageWidget | None:
+        return self._live_widget_for(self.live) if self.live is not None else None
+
+    def _started(self, job_id: int, start: AnswerStart) -> None:
+        if self.live is None or job_id != self.live.job_id:
+            return
+        self.live.start = start
+        self.live.started_at = time.monotonic()
+        self.live.figures = AnswerFigures(start.mode, prompt_tokens=start.prompt_tokens)
+        widget = self._live_widget()
+        if widget is not None:
+            widget.set_note(context_note(start))
+        self._save(self.live.message_id, self.live.text, mode=start.mode)
+
+    def _delta(self, job_id: int, text: str, figures: AnswerFigures) -> None:
+        if self.live is None or job_id != self.live.job_id:
+            return
+        self.live.text += text
+        self.live.figures = figures
+        widget = self._live_widget()
+        if widget is not None:
+            widget.append(text)
+
+    def _finished(self, job_id: int, outcome: AnswerOutcome) -> None:
+        live = self.live
+        if live is None or job_id != live.job_id:
+            return
+        self.live = None
+        text = outcome.text or live.text
+        if outcome.error:
+            status = "interrupted"
+        elif outcome.finish_reason == "cancelled":
+            status = "stopped"
+        else:
+            status = "complete"
+        widget = self._live_widget_for(live)
+        if widget is not None:
+            widget.set_text(text)
+            widget.set_status(status)
+            if outcome.figures is not None:
+                widget.set_figures(outcome.figures.summary())
+            if outcome.error:
+                widget.set_note(outcome.error)
+        self._unsaved = (live.message_id, text, status, outcome)
+        self._flush_unsaved()
+        if outcome.error:
+            self.error.emit(outcome.error)
+        self.view.set_busy(False)
+        self.composer.set_busy(False)
+        self.busy_changed.emit(False)
+        self.answer_done.emit(outcome)
+
+    def _live_widget_for(self, live: LiveAnswer) -> MessageWidget | None:
+        if live.conversation_id != self.current_id or live.message_id not in self._ids:
+            return None
+        return self.view.messages[self._ids.index(live.message_id)]
+
+    # --- saving -----------------------------------------------------------------------------------
+
+    def save_progress(self) -> None:
+        """Save the growing answer (called every second) and retry a final save that failed."""
+        self._flush_unsaved()
+        live = self.live
+        if live is not None and live.text != live.saved_text:
+            if self._save(live.message_id, live.text):
+                live.saved_text = live.text
+        if live is None and self._unsaved is None:
+            self._autosave.stop()
+
+    def shutdown(self) -> None:
+        """Closing mid-answer: stop it and save what was generated, marked interrupted."""
+        live = self.live
+        if live is not None:
+            live.cancel.cancel()
+            self.live = None
+            self._save(live.message_id, live.text, status="interrupted",
+                       stats=live.figures.as_dict() if live.figures else None)
+        self._flush_unsaved()
+        self._autosave.stop()
+
+    def _flush_unsaved(self) -> None:
+        if self._unsaved is None:
+            return
+        message_id, text, status, outcome = self._unsaved
+        figures = outcome.figures
+        if self._save(message_id, text, status=status, mode=figures.mode if figures else None,
+                      stats=figures.as_dict() if figures else None):
+            self._unsaved = None
+            self.conversations_changed.emit()
+        elif not self._autosave.isActive():
+            self._autosave.start()
+
+    def _save(self, message_id: int, text: str, **fields) -> bool:
+        try:
+            self.store.update_message(message_id, text, **fields)
+        except HistoryError as err:
+            log.warning("saving the answer failed: %s", err)
+            self.error.emit(str(err))
+            return False
+        return True
+
+    # --- view bookkeeping -------------------------------------------------------------------------
+
+    def _show(self, message: StoredMessage) -> MessageWidget:
+        widget = self.view.add_message(message.role, message.content, message.status)
+        figures = AnswerFigures.from_dict(message.stats, message.mode)
+        if figures is not None:
+            widget.set_figures(figures.summary())
+        self._ids.append(message.id)
+        if self.live is not None and self.live.message_id == message.id:
+            widget.set_text(self.live.text)
+            widget.set_status("generating")
+            if self.live.start is not None:
+                widget.set_note(context_note(self.live.start))
+        return widget
+
+    def _last_index(self, role: str) -> int:
+        return max((i for i, m in enumerate(self.view.messages) if m.role == role), default=-1)
+
+    def _drop_from(self, index: int) -> None:
+        """Delete message ``index`` and all after it, from the history and the view."""
+        self.store.delete_messages_from(self._ids[index])
+        self.worker.forget(self.current_id)
+        del self._ids[index:]
+        self.view.remove_from(index)

@@ -1,0 +1,94 @@
+"""The conversation as a scrolling column of messages; follows the bottom while an answer streams."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from app.markdown import DARK, LIGHT, MarkdownRenderer
+from app.message_widget import MessageWidget
+
+
+class ChatView(QScrollArea):
+    """Message widgets top to bottom; Edit sits on the last user message, Regenerate on the last answer."""
+
+    edit_requested = Signal()
+    regenerate_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatScroll")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.renderer = MarkdownRenderer(LIGHT)
+        self._messages: list[MessageWidget] = []
+        self._busy = False
+        self._follow = True
+        container = QWidget(objectName="messages")
+        self._layout = QVBoxLayout(container)
+        self._layout.setContentsMargins(16, 12, 16, 12)
+        self._layout.setSpacing(10)
+        self.placeholder = QLabel("Start a conversation: type a message below.", alignment=Qt.AlignmentFlag.AlignCenter)
+        self.placeholder.setEnabled(False)
+        self._layout.addWidget(self.placeholder)
+        self._layout.addStretch(1)
+        self.setWidget(container)
+        bar = self.verticalScrollBar()
+        bar.rangeChanged.connect(self._keep_bottom)
+        bar.valueChanged.connect(lambda value: setattr(self, "_follow", value >= bar.maximum() - 24))
+
+    @property
+    def messages(self) -> list[MessageWidget]:
+        return list(self._messages)
+
+    def set_dark(self, dark: bool) -> None:
+        """Re-render every message with the light or dark code colours."""
+        self.renderer = MarkdownRenderer(DARK if dark else LIGHT)
+        for widget in self._messages:
+            widget.renderer = self.renderer
+            widget.render()
+
+    def clear(self) -> None:
+        for widget in self._messages:
+            widget.deleteLater()
+        self._messages.clear()
+        self.placeholder.setVisible(True)
+
+    def add_message(self, role: str, text: str = "", status: str = "complete") -> MessageWidget:
+        widget = MessageWidget(role, self.renderer)
+        widget.set_text(text)
+        widget.set_status(status)
+        widget.edit_requested.connect(self.edit_requested)
+        widget.regenerate_requested.connect(self.regenerate_requested)
+        self._layout.insertWidget(self._layout.count() - 1, widget)
+        self._messages.append(widget)
+        self.placeholder.setVisible(False)
+        self._follow = True
+        self.set_busy(self._busy)
+        return widget
+
+    def remove_from(self, index: int) -> None:
+        """Remove the message at ``index`` and all after it."""
+        for widget in self._messages[index:]:
+            widget.deleteLater()
+        del self._messages[index:]
+        self.placeholder.setVisible(not self._messages)
+        self.set_busy(self._busy)
+
+    def set_busy(self, busy: bool) -> None:
+        """Hide Edit and Regenerate while an answer is being generated."""
+        self._busy = busy
+        last_user = max((i for i, m in enumerate(self._messages) if m.role == "user"), default=-1)
+        for i, widget in enumerate(self._messages):
+            widget.edit_button.setVisible(not busy and i == last_user)
+            widget.regenerate_button.setVisible(
+                not busy and widget.role == "assistant" and i == len(self._messages) - 1
+            )
+
+    def scroll_to_bottom(self) -> None:
+        self._follow = True
+        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+
+    def _keep_bottom(self, _minimum: int, maximum: int) -> None:
+        if self._follow:
+            self.verticalScrollBar().setValue(maximum)

@@ -1,0 +1,78 @@
+"""In-window messages: a dismissable notice (errors, warnings) and the model-load panel."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QToolButton, QWidget
+
+
+class NoticeBar(QFrame):
+    """One message at the top of the chat with a close button; ``level`` is info, warning or error."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("notice")
+        self.label = QLabel(wordWrap=True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton(text="✕", toolTip="Dismiss", autoRaise=True)
+        close.clicked.connect(self.hide)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 6, 6, 6)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(close)
+        self.hide()
+
+    @property
+    def text(self) -> str:
+        return self.label.text() if self.isVisible() else ""
+
+    def show_message(self, text: str, level: str = "warning") -> None:
+        self.label.setText(text)
+        self.setProperty("level", level)
+        self.style().polish(self)
+        self.show()
+
+
+class LoadPanel(QFrame):
+    """Model loading (or first-run download) progress with Cancel; on failure, the reason and Retry."""
+
+    cancel_requested = Signal()
+    retry_requested = Signal()
+    settings_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("loadPanel")
+        self.label = QLabel(wordWrap=True)
+        self.progress = QProgressBar(minimum=0, maximum=1000, textVisible=True)
+        self.cancel = QPushButton("Cancel")
+        self.retry = QPushButton("Retry")
+        self.open_settings = QPushButton("Settings…")
+        self.cancel.clicked.connect(self.cancel_requested)
+        self.retry.clicked.connect(self.retry_requested)
+        self.open_settings.clicked.connect(self.settings_requested)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.addWidget(self.label, 2)
+        layout.addWidget(self.progress, 1)
+        for button in (self.cancel, self.retry, self.open_settings):
+            layout.addWidget(button)
+        self.hide()
+
+    def show_progress(self, stage: str, fraction: float) -> None:
+        self.label.setText(stage)
+        self.progress.setValue(int(fraction * 1000))
+        self.progress.setFormat(f"{fraction * 100:.0f}%")
+        self.progress.show()
+        self.cancel.show()
+        self.retry.hide()
+        self.open_settings.hide()
+        self.show()
+
+    def show_failure(self, message: str) -> None:
+        self.label.setText(message)
+        self.progress.hide()
+        self.cancel.hide()
+        self.retry.show()
+        self.open_settings.show()
+        self.show()

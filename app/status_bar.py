@@ -1,0 +1,46 @@
+"""The live figures at the bottom: device and memory, state and tok/s, tokens per step, context."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+
+from app.jobs import ModelInfo
+
+
+class FiguresBar(QStatusBar):
+    """Always-visible figures; the window updates them several times a second while generating."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setSizeGripEnabled(False)
+        self.device = QLabel("no model")
+        self.state = QLabel("starting")
+        self.rate = QLabel("")
+        self.step = QLabel("")
+        self.context = QLabel("")
+        for label in (self.device, self.state, self.rate, self.step):
+            self.addWidget(label)
+        self.addPermanentWidget(self.context)
+
+    def set_model(self, info: ModelInfo | None) -> None:
+        if info is None:
+            self.device.setText("no model")
+            self.context.setText("")
+            return
+        prefix = "GPU: " if info.device_kind == "cuda" else ""
+        self.device.setText(f"{prefix}{info.device_label} · {info.precision}")
+        self.set_context(0, info.context_length)
+
+    def set_device_label(self, label: str, kind: str, precision: str) -> None:
+        prefix = "GPU: " if kind == "cuda" else ""
+        self.device.setText(f"{prefix}{label} · {precision}")
+
+    def set_state(self, text: str) -> None:
+        self.state.setText(text)
+
+    def set_rate(self, tokens_per_second: float | None, tokens_per_step: float | None) -> None:
+        self.rate.setText("" if tokens_per_second is None else f"{tokens_per_second:.1f} tok/s")
+        self.step.setText("" if tokens_per_step is None else f"{tokens_per_step:.2f} tokens/step")
+
+    def set_context(self, used: int, maximum: int) -> None:
+        self.context.setText(f"context {used} / {maximum}")

@@ -1,0 +1,95 @@
+"""The main window end to end with the tiny model: stream, stop, regenerate, edit, modes."""
+
+from __future__ import annotations
+
+import time
+
+
+def test_send_streams_the_answer_and_saves_it(tiny_settings, open_window, ui) -> None:
+    tiny_settings(max_new_tokens=40)
+    window = open_window()
+    deltas: list[str] = []
+    window.worker.answer_delta.connect(lambda _job, text, _figures: deltas.append(text))
+    ui.send(window, "Hello there")
+    assert len(deltas) >= 1
+    user, answer = ui.stored(window)
+    assert (user.role, user.content) == ("user", "Hello there")
+    assert answer.role == "assistant" and answer.status == "complete"
+    assert answer.content and answer.content == window.chat_view.messages[-1].text
+    assert answer.stats["new_tokens"] > 0 and answer.stats["tokens_per_second"] > 0
+    assert "tok/s" in window.chat_view.messages[-1].figures.text()
+    assert "tok/s" in window.figures.rate.text()
+    assert window.history.ids() == [window.chat.current_id]
+
+
+def test_stop_ends_the_answer_within_a_step(tiny_settings, open_window, ui) -> None:
+    tiny_settings(max_new_tokens=600)
+    window = open_window()
+    ui.send(window, "Tell me a long story", wait=False)
+    ui.wait_text(window)
+    assert window.composer.button.text() == "Stop"
+    started = time.monotonic()
+    window.composer.button.click()
+    ui.wait_idle(window)
+    assert time.monotonic() - started < 1.0
+    answer = ui.stored(window)[-1]
+    assert answer.status == "stopped"
+    assert 0 < answer.stats["new_tokens"] < 600
+    assert window.chat_view.messages[-1].status.text() == "stopped"
+
+
+def test_regenerate_replaces_the_last_answer(tiny_settings, open_window, ui) -> None:
+    tiny_settings()
+    window = open_window()
+    ui.send(window, "Hi")
+    first = ui.stored(window)[-1]
+    assert window.chat_view.messages[-1].regenerate_button.isVisibleTo(window)
+    window.chat_view.messages[-1].regenerate_button.click()
+    assert window.chat.busy
+    ui.wait_idle(window)
+    messages = ui.stored(window)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[-1].created > first.created and messages[-1].status == "complete"
+    assert len(window.chat_view.messages) == 2
+
+
+def test_edit_and_resend_replaces_the_last_turn(tiny_settings, open_window, ui) -> None:
+    tiny_settings()
+    window = open_window()
+    ui.send(window, "First question")
+    ui.send(window, "Second question")
+    window.chat_view.messages[-2].edit_button.click()
+    assert window.composer.editing
+    assert window.composer.box.toPlainText() == "Second question"
+    ui.send(window, "Second question, edited")
+    messages = ui.stored(window)
+    assert [m.content for m in messages if m.role == "user"] == ["First question", "Second question, edited"]
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert not window.composer.editing
+
+
+def test_mode_toggle_applies_to_the_next_answer_and_is_recorded(tiny_settings, open_window, ui) -> None:
+    tiny_settings(mode="lookahead")
+    window = open_window()
+    window.mode_controls.plain.click()
+    ui.send(window, "one")
+    window.mode_controls.lookahead.click()
+    ui.send(window, "two")
+    modes = [m.mode for m in ui.stored(window) if m.role == "assistant"]
+    assert modes[0] == "plain"
+    assert modes[1].startswith("lookahead W")
+    assert window.settings.mode == "lookahead"
+    assert "lookahead W" in window.chat_view.messages[-1].figures.text()
+
+
+def test_fixed_lookahead_settings_are_one_click_away(tiny_settings, open_window, ui) -> None:
+    tiny_settings(mode="lookahead")
+    window = open_window()
+    editor = window.mode_controls.editor
+    editor.auto.setChecked(False)
+    editor.window.setValue(3)
+    editor.ngram.setValue(3)
+    editor.guesses.setValue(2)
+    assert window.mode_controls.settings_button.text() == "W3 N3 G2"
+    ui.send(window, "hi")
+    assert ui.stored(window)[-1].mode == "lookahead W3 N3 G2"
