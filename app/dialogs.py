@@ -27,7 +27,7 @@ class HelpDialog(QDialog):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Keyboard shortcuts")
-        table = QTableWidget(len(SHORTCUTS), 2)
+        self.table = table = QTableWidget(len(SHORTCUTS), 2)
         table.setHorizontalHeaderLabels(["Keys", "Action"])
         table.verticalHeader().hide()
         table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)

@@ -1,0 +1,175 @@
+"""Conversation list, export, Markdown view, composer keys, dialogs, settings, theme, offline mode."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+from app.chat_view import ChatView
+from app.composer import Composer
+from app.settings_dialog import SettingsDialog
+from core.models.options import ModelSource
+from core.settings import Settings
+
+
+def test_new_rename_search_and_delete_conversations(tiny_settings, open_window, ui, monkeypatch) -> None:
+    tiny_settings(max_new_tokens=8)
+    window = open_window()
+    ui.send(window, "Packing list for a trip")
+    first = window.chat.current_id
+    window.shortcut_actions["new_chat"].trigger()
+    assert window.chat.current_id is None and window.chat_view.messages == []
+    ui.send(window, "Binary search in Python")
+    second = window.chat.current_id
+    assert set(window.history.ids()) == {first, second}
+
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Trip", True))
+    window.rename_conversation(first)
+    assert window.store.conversation(first).title == "Trip"
+
+    window.history.search.setText("binary")
+    ui.qtbot.waitUntil(lambda: window.history.ids() == [second], timeout=5000)
+    window.history.search.setText("")
+    ui.qtbot.waitUntil(lambda: len(window.history.ids()) == 2, timeout=5000)
+
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.No)
+    window.delete_conversation(second)
+    assert len(window.history.ids()) == 2
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    window.delete_conversation(second)
+    assert window.history.ids() == [first]
+    assert window.chat.current_id is None
+
+
+def test_export_markdown_and_json(tiny_settings, open_window, ui, tmp_path) -> None:
+    tiny_settings(max_new_tokens=8)
+    window = open_window()
+    ui.send(window, "Export me")
+    conv = window.chat.current_id
+    window.export_to(conv, "md", tmp_path / "chat.md")
+    window.export_to(conv, "json", tmp_path / "chat.json")
+    markdown = (tmp_path / "chat.md").read_text(encoding="utf-8")
+    assert markdown.startswith("# Export me") and "## User\n\nExport me" in markdown
+    data = json.loads((tmp_path / "chat.json").read_text(encoding="utf-8"))
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+    assert data["messages"][1]["mode"]
+    window.export_to(conv, "md", tmp_path / "missing-dir" / "x" / "chat.md")  # folders are created
+    window.export_to(conv, "md", tmp_path / "chat.json" / "bad.md")  # a file where a folder should be
+    assert "Could not export" in window.notice.text
+
+
+def test_markdown_code_blocks_are_highlighted_and_copyable(qtbot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    widget = view.add_message("assistant", "Here:\n\n```python\ndef f(x):\n    return x + 1\n```\n")
+    assert widget.code_blocks == ["def f(x):\n    return x + 1"]
+    html = widget.body.toHtml()
+    assert "Copy" in html and "color:" in html
+    widget.body.anchorClicked.emit(QUrl("copy:0"))
+    assert QGuiApplication.clipboard().text() == "def f(x):\n    return x + 1"
+    widget.copy_button.click()
+    assert QGuiApplication.clipboard().text().startswith("Here:")
+
+
+def test_streamed_text_is_rendered_within_a_tenth_of_a_second(qtbot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    widget = view.add_message("assistant", "", "generating")
+    widget.append("**bold** and ```")
+    widget.append("python\nx = 1")
+    qtbot.waitUntil(lambda: "x = 1" in widget.body.toPlainText(), timeout=1000)
+    assert widget.status.text() == "generating…"
+
+
+def test_enter_sends_and_shift_enter_adds_a_line(qtbot) -> None:
+    composer = Composer()
+    qtbot.addWidget(composer)
+    sent: list[str] = []
+    composer.send_requested.connect(sent.append)
+    qtbot.keyClicks(composer.box, "line one")
+    qtbot.keyClick(composer.box, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(composer.box, "line two")
+    assert sent == []
+    qtbot.keyClick(composer.box, Qt.Key.Key_Return)
+    assert sent == ["line one\nline two"]
+    composer.set_busy(True)
+    qtbot.keyClick(composer.box, Qt.Key.Key_Return)
+    assert len(sent) == 1 and composer.button.text() == "Stop"
+
+
+def test_settings_dialog_edits_and_validates(qtbot, app_paths) -> None:
+    dialog = SettingsDialog(Settings(), app_paths)
+    qtbot.addWidget(dialog)
+    dialog.temperature.setValue(0.7)
+    dialog.top_k.setValue(40)
+    dialog.seed.setValue(7)
+    dialog.system_prompt.setPlainText("Be brief.")
+    dialog.theme.setCurrentIndex(2)
+    dialog.source_kind.setCurrentIndex(1)
+    dialog.location.setText("/models/llama")
+    dialog.dtype.setCurrentText("bf16")
+    result = dialog.result_settings()
+    assert result.sampling.temperature == 0.7 and result.sampling.top_k == 40 and result.sampling.seed == 7
+    assert result.source == ModelSource("folder", "/models/llama") and result.load.dtype == "bf16"
+    assert result.system_prompt == "Be brief." and result.theme == "dark"
+    dialog.location.setText("")
+    dialog.accept()
+    assert dialog.error.isVisibleTo(dialog) and "needs a location" in dialog.error.text()
+
+
+def test_hub_download_failure_is_shown_in_the_dialog(qtbot, app_paths) -> None:
+    dialog = SettingsDialog(Settings(), app_paths)
+    qtbot.addWidget(dialog)
+    dialog.source_kind.setCurrentIndex(3)
+    dialog.location.setText("someone/some-model")
+    dialog.download_button.click()
+    assert dialog.downloading
+    qtbot.waitUntil(lambda: not dialog.downloading, timeout=60_000)
+    assert "someone/some-model" in dialog.download_status.text()
+    assert dialog.download_button.isEnabled()
+
+
+def test_theme_switch_and_dialogs(tiny_settings, open_window, qtbot) -> None:
+    tiny_settings()
+    window = open_window()
+    window.apply_settings(Settings(**{**window.settings.__dict__, "theme": "dark"}))
+    assert window.chat_view.renderer.palette.pygments_style == "monokai"
+    assert (window.settings_store.load().settings.theme) == "dark"
+    from app.dialogs import AboutDialog, HelpDialog
+
+    help_dialog = HelpDialog(window)
+    qtbot.addWidget(help_dialog)
+    from app.shortcuts import SHORTCUTS
+
+    assert help_dialog.table.rowCount() == len(SHORTCUTS)
+    about = AboutDialog(window.model, window)
+    qtbot.addWidget(about)
+    assert "CPU" in about.label.text() and "transformers" in about.label.text()
+    keys = {name: action.shortcut().toString() for name, action in window.shortcut_actions.items()}
+    assert keys["new_chat"] == "Ctrl+N" and keys["stop"] == "Esc" and keys["settings"] == "Ctrl+,"
+
+
+def test_live_figures_update_while_generating(tiny_settings, open_window, ui) -> None:
+    tiny_settings(max_new_tokens=120, mode="plain")
+    window = open_window()
+    assert window._figures_timer.interval() <= 250
+    ui.send(window, "Go on", wait=False)
+    ui.qtbot.waitUntil(lambda: "tok/s" in window.figures.rate.text(), timeout=30_000)
+    assert window.figures.state.text() in ("generating", "waiting for the model")
+    assert "context" in window.figures.context.text()
+    window.chat.stop()
+    ui.wait_idle(window)
+    assert window.figures.state.text().startswith("last answer")
+
+
+def test_gui_start_sets_hub_offline_mode(monkeypatch) -> None:
+    from app.main import OFFLINE_ENVIRONMENT, enable_offline_mode
+
+    for name in OFFLINE_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    enable_offline_mode()
+    assert all(os.environ[name] == "1" for name in OFFLINE_ENVIRONMENT)
