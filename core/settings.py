@@ -85,6 +85,8 @@ class Settings:
             raise ValueError(f"mode must be one of {', '.join(MODES)} (got {self.mode!r}).")
         if self.theme not in THEMES:
             raise ValueError(f"theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")
+        if not isinstance(self.system_prompt, str):
+            raise ValueError(f"system_prompt must be text (got {self.system_prompt!r}).")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

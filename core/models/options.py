@@ -30,6 +30,8 @@ class ModelSource:
     def __post_init__(self) -> None:
         if self.kind not in SOURCE_KINDS:
             raise ValueError(f"Unknown model source {self.kind!r}; use one of {', '.join(SOURCE_KINDS)}.")
+        if not isinstance(self.location, str):
+            raise ValueError(f"A model location must be text (got {self.location!r}).")
         if self.kind != "default" and not self.location.strip():
             raise ValueError(f"A {self.kind} model source needs a location.")
 

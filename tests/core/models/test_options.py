@@ -31,6 +31,8 @@ def test_source_validation_and_names() -> None:
         ModelSource("ftp", "x")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs a location"):
         ModelSource("folder", "  ")
+    with pytest.raises(ValueError, match="must be text"):
+        ModelSource("hub", 5)  # type: ignore[arg-type]
     assert ModelSource().display_name == "SmolLM2-135M-Instruct"
     assert ModelSource("hub", "owner/name/").display_name == "name"
     assert ModelSource("gguf", "/m/Llama-3.Q4.gguf").display_name == "Llama-3.Q4"

@@ -1,0 +1,129 @@
+"""Settings: round trip, defaults, a damaged file reported and kept aside, validation messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.models.options import LoadOptions, ModelSource
+from core.settings import (
+    SETTINGS_FILE,
+    LookaheadSettings,
+    SamplingSettings,
+    Settings,
+    SettingsStore,
+)
+
+
+def test_missing_file_gives_defaults(tmp_path: Path) -> None:
+    loaded = SettingsStore(tmp_path).load()
+    assert loaded.settings == Settings() and loaded.problem is None
+    assert loaded.settings.source == ModelSource() and loaded.settings.mode == "lookahead"
+    assert loaded.settings.sampling.greedy
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    settings = Settings(
+        source=ModelSource("gguf", "/models/x.gguf"),
+        load=LoadOptions(device="cpu", dtype="bf16", quantization="none", attn_implementation="eager"),
+        sampling=SamplingSettings(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1, max_new_tokens=64, seed=3),
+        mode="plain",
+        lookahead=LookaheadSettings(auto=False, window=4, ngram=3, guesses=2),
+        system_prompt="Réponds en français. 日本語も",
+        theme="dark",
+    )
+    store = SettingsStore(tmp_path / "config")
+    store.save(settings)
+    loaded = SettingsStore(tmp_path / "config").load()
+    assert loaded.problem is None
+    assert loaded.settings == settings
+    assert loaded.settings.lookahead.fixed.label == "W4 N3 G2"
+    assert not loaded.settings.sampling.greedy
+    assert [p.name for p in (tmp_path / "config").iterdir()] == [SETTINGS_FILE]  # no temp files left
+
+
+def test_unknown_keys_ignored_and_missing_keys_defaulted(tmp_path: Path) -> None:
+    (tmp_path / SETTINGS_FILE).write_text(json.dumps({"theme": "light", "future_option": 1, "sampling": {"top_k": 5, "new": 2}}))
+    loaded = SettingsStore(tmp_path).load()
+    assert loaded.problem is None
+    assert loaded.settings == Settings(theme="light", sampling=SamplingSettings(top_k=5))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{ this is not json",
+        "[1, 2, 3]",
+        '{"mode": "turbo"}',
+        '{"sampling": {"temperature": 9}}',
+        '{"sampling": {"temperature": "hot"}}',
+        '{"sampling": "fast"}',
+        '{"load": {"device": "tpu"}}',
+        '{"source": {"kind": "folder"}}',
+        '{"source": {"kind": "hub", "location": 5}}',
+        '{"lookahead": {"window": 0}}',
+        '{"system_prompt": 42}',
+        '{"theme": ["dark"]}',
+        b"\xff\xfe\x00garbage",
+    ],
+)
+def test_corrupt_file_gives_defaults_problem_and_backup(tmp_path: Path, content: str | bytes) -> None:
+    path = tmp_path / SETTINGS_FILE
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    loaded = SettingsStore(tmp_path).load()
+    assert loaded.settings == Settings()
+    assert loaded.problem is not None
+    assert "Default settings are in effect" in loaded.problem and "settings.invalid.json" in loaded.problem
+    backup = tmp_path / "settings.invalid.json"
+    assert backup.read_bytes() == (content if isinstance(content, bytes) else content.encode())
+    assert not path.exists()
+    # the next start is clean: no file, no problem
+    assert SettingsStore(tmp_path).load().problem is None
+
+
+def test_problem_message_names_the_bad_value(tmp_path: Path) -> None:
+    (tmp_path / SETTINGS_FILE).write_text('{"sampling": {"top_p": 0}}')
+    assert "top_p must be in (0, 1] (got 0)" in SettingsStore(tmp_path).load().problem
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"temperature": -0.1}, "temperature must be between 0 and 5"),
+        ({"top_p": 1.5}, "top_p must be in (0, 1]"),
+        ({"top_k": -1}, "top_k must be 0 (off) or more"),
+        ({"min_p": 1.0}, "min_p must be in [0, 1)"),
+        ({"repetition_penalty": 4}, "repetition_penalty must be between 0.5 and 3"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be between 1 and 32768"),
+    ],
+)
+def test_sampling_validation(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        SamplingSettings(**kwargs)
+    assert str(err.value).startswith(message)
+
+
+def test_other_validation() -> None:
+    with pytest.raises(ValueError, match="mode must be one of plain, lookahead"):
+        Settings(mode="fast")
+    with pytest.raises(ValueError, match="theme must be one of system, light, dark"):
+        Settings(theme="neon")
+    with pytest.raises(ValueError, match="window W must be at least 1"):
+        LookaheadSettings(window=0)
+    with pytest.raises(ValueError, match="does not hold a JSON object"):
+        Settings.from_json([])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'sampling' must be an object"):
+        Settings.from_json({"sampling": 3})
+
+
+def test_save_replaces_atomically(tmp_path: Path) -> None:
+    store = SettingsStore(tmp_path)
+    store.save(Settings(theme="dark"))
+    store.save(Settings(theme="light"))
+    assert json.loads((tmp_path / SETTINGS_FILE).read_text())["theme"] == "light"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [SETTINGS_FILE]
