@@ -1,7 +1,9 @@
 """Streaming decoding: plain (one token per step) and lookahead, on the same loop and timers.
 
 ``Decoding`` is an iterator of steps; each step is one forward pass. Consumers stop early by
-cancelling the token (checked between steps) or by simply not iterating further.
+cancelling the token (checked between steps) or by simply not iterating further. Greedy argmax
+is the fast path; a :class:`~core.lookahead.sampling.TokenPolicy` adds logits processors
+(repetition penalty, ...) and sampling, for plain and lookahead alike.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from core.lookahead.config import LookaheadConfig
 from core.lookahead.layout import step_layout
 from core.lookahead.pool import NGramPool
+from core.lookahead.sampling import TokenPolicy, verify_with_policy
 from core.lookahead.stats import DecodeStats, StepTimer
 from core.lookahead.verify import verify_greedy
 from core.lookahead.window import JacobiWindow
@@ -30,7 +33,7 @@ class Step:
 
 
 class Decoding:
-    """One greedy generation, plain or lookahead, as an iterator of :class:`Step`.
+    """One generation, plain or lookahead, as an iterator of :class:`Step`.
 
     Args:
         model: a transformers causal LM (batch size 1).
@@ -40,6 +43,7 @@ class Decoding:
         eos_token_ids: tokens that end the answer (emitted, then generation stops).
         pool: an n-gram pool to use and grow (e.g. a conversation's); a fresh one if ``None``.
         cancel: checked between steps.
+        policy: logits processors and/or sampling; ``None`` is plain greedy (argmax).
     """
 
     def __init__(
@@ -52,6 +56,7 @@ class Decoding:
         eos_token_ids: Collection[int] = (),
         pool: NGramPool | None = None,
         cancel: CancelToken | None = None,
+        policy: TokenPolicy | None = None,
     ) -> None:
         if isinstance(prompt_ids, torch.Tensor):
             prompt_ids = prompt_ids.reshape(-1).tolist()
@@ -65,6 +70,7 @@ class Decoding:
         self.max_new_tokens = max_new_tokens
         self.eos = frozenset(eos_token_ids)
         self.cancel = cancel
+        self.policy = policy if policy is not None and (policy.do_sample or policy.processors) else None
         self.device = model.device
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
@@ -82,6 +88,10 @@ class Decoding:
         from transformers import DynamicCache
 
         self._cache = DynamicCache(config=self.model.config)
+        if self.policy is not None:
+            span = len(self.prompt) + self.max_new_tokens + (self.config.ngram if self.config else 1)
+            self._ids = torch.zeros(1, span, dtype=torch.long, device=self.device)
+            self._ids[0, : len(self.prompt)] = torch.tensor(self.prompt, device=self.device)
         with torch.inference_mode():
             self._timer.start()
             x = self._prefill()
@@ -105,6 +115,9 @@ class Decoding:
             if token in self.eos:
                 self.finish_reason = "eos"
                 break
+        if self.policy is not None and kept:
+            start = len(self.prompt) + len(self.tokens)
+            self._ids[0, start : start + len(kept)] = torch.tensor(kept, device=self.device)
         self.tokens.extend(kept)
         if self.finish_reason is None and len(self.tokens) >= self.max_new_tokens:
             self.finish_reason = "length"
@@ -127,16 +140,29 @@ class Decoding:
         )
         return out.logits[0]
 
+    def _choose(self, logits: torch.Tensor) -> int:
+        """The next token from the last position's logits row."""
+        if self.policy is None:
+            return int(logits.argmax())
+        return self.policy.choose(self._prefix(()), logits)
+
+    def _prefix(self, extra: Sequence[int]) -> torch.Tensor:
+        """``[1, L]`` ids of the sequence so far (x included) followed by ``extra`` guessed tokens."""
+        length = len(self.prompt) + len(self.tokens)
+        if extra:
+            self._ids[0, length : length + len(extra)] = torch.tensor(list(extra), device=self.device)
+        return self._ids[:, : length + len(extra)]
+
     def _prefill(self) -> int:
         ids = torch.tensor(self.prompt, device=self.device)
         positions = torch.arange(len(self.prompt), device=self.device)
-        return int(self._forward(ids, positions, 1)[-1].argmax())
+        return self._choose(self._forward(ids, positions, 1)[-1])
 
     def _plain_step(self, x: int) -> list[int]:
         past = self._past
         ids = torch.tensor([x], device=self.device)
         positions = torch.tensor([past], device=self.device)
-        return [int(self._forward(ids, positions, 1)[-1].argmax())]
+        return [self._choose(self._forward(ids, positions, 1)[-1])]
 
     def _lookahead_step(self, x: int) -> list[int]:
         assert self.config is not None
@@ -152,10 +178,18 @@ class Decoding:
         mask = torch.cat([layout.mask_block.new_zeros(layout.size, past), layout.mask_block], dim=1)
         logits = self._forward(ids, layout.position_offsets + past, layout.keep_rows, mask[None, None])
         predictions = logits.argmax(dim=-1).tolist()
-        first = predictions[0]
         new_row = predictions[1 : 1 + cfg.window]
-        chains = [predictions[1 + cfg.window + c * cand_len : 1 + cfg.window + (c + 1) * cand_len] for c in range(len(candidates))]
-        best, accepted, emitted = verify_greedy(first, candidates, chains)
+        if self.policy is None:
+            chains = [predictions[1 + cfg.window + c * cand_len : 1 + cfg.window + (c + 1) * cand_len] for c in range(len(candidates))]
+            best, accepted, emitted = verify_greedy(predictions[0], candidates, chains)
+        else:
+            policy = self.policy
+
+            def row_scores(c: int, depth: int, tokens: int) -> torch.Tensor:
+                row = 0 if c < 0 else 1 + cfg.window + c * cand_len + depth
+                return policy.scores(self._prefix(candidates[c][:tokens] if c >= 0 else ()), logits[row])
+
+            best, accepted, emitted = verify_with_policy(candidates, row_scores, policy, self.device)
         self._compact_cache(past, layout.size, layout.candidate_start + best * cand_len, accepted)
         window.update(x, new_row, self.pool)
         self._add_output_ngrams(emitted)

@@ -1,0 +1,1 @@
+"""Benchmark: plain generate, the plain loop, lookahead settings and prompt lookup, side by side."""

@@ -1,0 +1,171 @@
+"""Target distributions and verification beyond plain argmax: logits processors and sampling.
+
+Drafts (pool candidates) are deterministic, so a draft token t at a position is accepted with
+probability p(t) under the target distribution p there; on rejection p(t) is set to 0 and p is
+renormalised before the next distinct draft token is tried; if all are rejected the token is
+sampled from that residual. This keeps exactly the output distribution of plain sampling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling parameters, applied in this order: repetition penalty, temperature, top-k, top-p, min-p."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError("temperature must be > 0 for sampling (use greedy decoding for 0).")
+        if self.top_k < 0 or not 0 < self.top_p <= 1 or not 0 <= self.min_p < 1 or self.repetition_penalty <= 0:
+            raise ValueError("invalid sampling parameters: need top_k >= 0, 0 < top_p <= 1, 0 <= min_p < 1, repetition_penalty > 0.")
+
+    def processors(self) -> Any:
+        """The equivalent transformers LogitsProcessorList."""
+        from transformers.generation.logits_process import (
+            LogitsProcessorList,
+            MinPLogitsWarper,
+            RepetitionPenaltyLogitsProcessor,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        chain = LogitsProcessorList()
+        if self.repetition_penalty != 1.0:
+            chain.append(RepetitionPenaltyLogitsProcessor(self.repetition_penalty))
+        if self.temperature != 1.0:
+            chain.append(TemperatureLogitsWarper(self.temperature))
+        if self.top_k > 0:
+            chain.append(TopKLogitsWarper(self.top_k))
+        if self.top_p < 1.0:
+            chain.append(TopPLogitsWarper(self.top_p))
+        if self.min_p > 0.0:
+            chain.append(MinPLogitsWarper(self.min_p))
+        return chain
+
+
+class TokenPolicy:
+    """How the next token is chosen from a logits row: processed argmax, or a sample.
+
+    Args:
+        processors: a transformers LogitsProcessorList (may be empty).
+        do_sample: sample instead of taking the argmax.
+        generator: the random source for sampling (seed it for reproducible runs).
+    """
+
+    def __init__(self, processors: Any, do_sample: bool, generator: torch.Generator | None = None) -> None:
+        self.processors = processors
+        self.do_sample = do_sample
+        self.generator = generator
+
+    @classmethod
+    def from_config(cls, config: SamplingConfig, device: torch.device) -> "TokenPolicy":
+        generator = torch.Generator(device=device)
+        if config.seed is not None:
+            generator.manual_seed(config.seed)
+        else:
+            generator.seed()
+        return cls(config.processors(), True, generator)
+
+    def scores(self, prefix: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """Processed scores ``[V]`` of one logits row given its ``[1, L]`` prefix."""
+        row = logits.float()[None]
+        if self.processors:
+            row = self.processors(prefix, row)
+        return row[0]
+
+    def probabilities(self, prefix: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.scores(prefix, logits), dim=-1)
+
+    def choose(self, prefix: torch.Tensor, logits: torch.Tensor) -> int:
+        """The next token after ``prefix`` (plain decoding and the prefill)."""
+        if self.do_sample:
+            return self.sample(self.probabilities(prefix, logits))
+        return int(self.scores(prefix, logits).argmax())
+
+    def sample(self, probs: torch.Tensor) -> int:
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def uniform(self, device: torch.device) -> float:
+        return float(torch.rand(1, generator=self.generator, device=device))
+
+
+def accept_draft(p_token: float, u: float) -> bool:
+    """Accept a deterministic draft token with probability p(token): ``u`` is uniform in [0, 1)."""
+    return u < p_token
+
+
+RowScores = Callable[[int, int, int], torch.Tensor]
+"""``(candidate, depth, tokens)`` -> processed scores of the row after the candidate's first ``tokens`` tokens."""
+
+
+def verify_with_policy(
+    candidates: Sequence[Sequence[int]], row_scores: RowScores, policy: TokenPolicy, device: torch.device
+) -> tuple[int, int, list[int]]:
+    """Verify candidates under a processed (greedy or sampled) target; same result shape as verify_greedy.
+
+    ``row_scores(c, 0, 0)`` gives the row after x; ``row_scores(c, m, m + 1)`` the row after
+    candidate c's token m. Rows are requested lazily, so only the rows verification reaches are
+    processed.
+    """
+    if not policy.do_sample:
+        return _verify_processed_greedy(candidates, row_scores)
+    probs = torch.softmax(row_scores(-1, 0, 0), dim=-1)
+    active = list(range(len(candidates)))
+    best, emitted = -1, []
+    depth_limit = len(candidates[0]) if candidates else 0
+    for depth in range(depth_limit):
+        tried: set[int] = set()
+        taken: int | None = None
+        for c in active:
+            token = candidates[c][depth]
+            if token in tried:
+                continue
+            tried.add(token)
+            if accept_draft(float(probs[token]), policy.uniform(device)):
+                taken = token
+                break
+            probs[token] = 0.0
+            probs = probs / probs.sum()
+        if taken is None:
+            break
+        emitted.append(taken)
+        active = [c for c in active if candidates[c][depth] == taken]
+        best = active[0]
+        probs = torch.softmax(row_scores(best, depth, depth + 1), dim=-1)
+    emitted.append(policy.sample(probs))
+    return best, len(emitted) - 1, emitted
+
+
+def _verify_processed_greedy(candidates: Sequence[Sequence[int]], row_scores: RowScores) -> tuple[int, int, list[int]]:
+    memo: dict[tuple[int, ...], int] = {}
+
+    def target(c: int, depth: int, tokens: int) -> int:
+        key = tuple(candidates[c][:tokens]) if c >= 0 else ()
+        if key not in memo:
+            memo[key] = int(row_scores(c, depth, tokens).argmax())
+        return memo[key]
+
+    first = target(-1, 0, 0)
+    best, accepted, emitted = -1, 0, [first]
+    for c, candidate in enumerate(candidates):
+        goal, k = first, 0
+        while k < len(candidate) and candidate[k] == goal:
+            goal = target(c, k, k + 1)
+            k += 1
+        if k > accepted:
+            best, accepted, emitted = c, k, [*candidate[:k], goal]
+    return best, accepted, emitted
