@@ -1,0 +1,122 @@
+"""The headless command line: real sub-processes of `lookahead-chat` and app.cli.main in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from app.cli import main
+from core.models.registry import REGISTRY_FILE
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRY = Path(sys.executable).parent / "lookahead-chat"
+
+
+def cli(*args: str, home: Path, timeout: int = 180) -> subprocess.CompletedProcess[str]:
+    """Run the installed entry point (or `python -m app` from a bare checkout) with its own home."""
+    command = [str(ENTRY)] if ENTRY.exists() else [sys.executable, "-m", "app"]
+    env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(home)}
+    env.pop("LOOKAHEAD_CHAT_CACHE", None)  # the real model cache, where the default model is
+    return subprocess.run([*command, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Fresh config and data folders for in-process runs too."""
+    monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path))
+    monkeypatch.delenv("LOOKAHEAD_CHAT_CACHE", raising=False)
+    return tmp_path
+
+
+def test_ask_prints_an_answer(default_model_folder: Path, tmp_path: Path) -> None:
+    proc = cli("ask", "Write a haiku about rain", "--max-new-tokens", "24", "--mode", "plain", "--stats", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer = proc.stdout.strip()
+    assert len(answer.split()) >= 5, answer
+    assert "<|im" not in answer and "\ufffd" not in answer
+    assert any(w in answer.lower() for w in ("rain", "drop", "cloud", "storm", "sky", "wet", "pour")), answer
+    assert "tokens/step (plain)" in proc.stderr
+    print(f"\nask answered: {answer!r}")
+
+
+def test_self_test_passes(default_model_folder: Path, tmp_path: Path) -> None:
+    proc = cli("--self-test", home=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "self-test passed: SmolLM2-135M-Instruct" in proc.stdout
+
+
+def test_fetch_default_when_cached(default_model_folder: Path, tmp_path: Path) -> None:
+    proc = cli("fetch-default", home=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Default model already cached" in proc.stdout
+    assert "Downloading" not in proc.stderr
+
+
+def test_models_lists_known_models(default_model_folder: Path, home: Path, tiny_model_folder: Path, capsys) -> None:
+    (home / "data").mkdir()
+    (home / "data" / REGISTRY_FILE).write_text(
+        json.dumps([{"kind": "folder", "location": str(tiny_model_folder)}, {"kind": "hub", "location": "owner/remote"}])
+    )
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    assert lines[0].split()[:3] == ["SmolLM2-135M-Instruct", "default", "ready"] and "embedded default" in lines[0]
+    assert lines[1].split()[1:3] == ["folder", "ready"] and str(tiny_model_folder) in lines[1]
+    assert lines[2].split()[:4] == ["remote", "hub", "not", "downloaded"]
+
+
+def test_models_subprocess(default_model_folder: Path, tmp_path: Path) -> None:
+    proc = cli("models", home=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[:3] == ["SmolLM2-135M-Instruct", "default", "ready"]
+
+
+def test_ask_with_a_local_folder_in_lookahead_mode(tiny_model_folder: Path, home: Path, capsys) -> None:
+    args = ["ask", "Hello", "--model", str(tiny_model_folder), "--device", "cpu", "--dtype", "fp32"]
+    assert main([*args, "--mode", "lookahead", "--max-new-tokens", "12", "--stats"]) == 0
+    out = capsys.readouterr()
+    assert out.out.endswith("\n") and "12 tokens" in out.err and "W" in out.err and "N" in out.err
+    # the random tiny model babbles, but plain and lookahead greedy decoding babble the same
+    assert main([*args, "--mode", "plain", "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out == out.out
+
+
+def test_ask_missing_model_is_a_clean_error(home: Path, tmp_path: Path, capsys) -> None:
+    assert main(["ask", "hi", "--model", str(tmp_path / "no-such-model")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: The model folder") and "does not exist" in err and "Traceback" not in err
+
+
+def test_ask_cuda_absent_is_a_clean_error(tiny_model_folder: Path, home: Path, capsys) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a usable CUDA GPU, so the error cannot happen here")
+    assert main(["ask", "hi", "--model", str(tiny_model_folder), "--device", "cuda"]) == 1
+    assert "error: CUDA was asked for" in capsys.readouterr().err
+
+
+def test_ask_too_many_new_tokens_is_a_clean_error(tiny_model_folder: Path, home: Path, capsys) -> None:
+    # the tiny model's context is 1024 tokens
+    assert main(["ask", "hi", "--model", str(tiny_model_folder), "--device", "cpu", "--max-new-tokens", "1020"]) == 1
+    assert "error: max new tokens (1020) leaves no room" in capsys.readouterr().err
+
+
+def test_bundled_pip_passthrough(capsys) -> None:
+    """The frozen app runs its bundled pip as `lookahead-chat _pip ...` (pip may exit by SystemExit)."""
+    try:
+        code = main(["_pip", "--version"])
+    except SystemExit as exit_:
+        code = exit_.code or 0
+    assert code == 0
+    assert capsys.readouterr().out.startswith("pip ")
+
+
+def test_unknown_command_exits_with_usage(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["frobnicate"])
+    assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
