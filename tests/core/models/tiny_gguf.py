@@ -7,12 +7,27 @@ transformers dequantises it back into exactly the same model.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
 
-from conftest import make_model, tiny_llama_config
+
+def _root_conftest():
+    """tests/conftest.py by path: `from conftest import` is ambiguous once other folders have a conftest.py."""
+    name = "_lookahead_tests_root_conftest"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[2] / "conftest.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+make_model = _root_conftest().make_model
+tiny_llama_config = _root_conftest().tiny_llama_config
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
