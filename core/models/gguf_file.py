@@ -86,9 +86,19 @@ def convert_gguf_to_safetensors(gguf_file: Path, out_dir: Path) -> None:
     folder, name = str(gguf_file.parent), gguf_file.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        gguf_model, info = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, dtype=torch.float32, output_loading_info=True
+        )
     except (ValueError, KeyError, OSError) as err:
         raise CorruptModelError(f"transformers could not read {gguf_file.name}: {err}", "Download the file again.") from err
+    # transformers fills weights a file lacks with random values and only logs it: refuse that.
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise CorruptModelError(
+            f"The GGUF file {gguf_file.name} lacks {len(missing)} weight tensors (such as {missing[0]}), "
+            "so it is incomplete or damaged.",
+            "Download the file again.",
+        )
     params = sum(p.numel() for p in gguf_model.parameters())
     dtype = torch.float32 if params < 1e9 else torch.bfloat16
     # A GGUF-loaded model refuses save_pretrained: rebuild a plain one from its weights.

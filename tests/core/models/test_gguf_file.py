@@ -107,3 +107,24 @@ def test_supported_architectures_are_causal_lms() -> None:
     supported = supported_gguf_architectures()
     assert {"llama", "mistral", "qwen2"} <= supported
     assert not {"general", "tokenizer", "t5", "umt5"} & supported
+
+
+def test_gguf_missing_tensors_is_corrupt(tmp_path: Path, isolated_paths: AppPaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A well-formed GGUF that lacks a layer's tensors must not become a partly random model."""
+    import gguf
+
+    add_tensor = gguf.GGUFWriter.add_tensor
+
+    def without_layer_1(self, name, *args, **kwargs):
+        if not name.startswith("blk.1."):
+            add_tensor(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(gguf.GGUFWriter, "add_tensor", without_layer_1)
+    path = tmp_path / "holes.gguf"
+    write_tiny_llama_gguf(path)
+    monkeypatch.undo()
+    assert validate_gguf(path) == "llama"  # the file itself reads fine
+    with pytest.raises(CorruptModelError, match="lacks 9 weight tensors") as err:
+        load_model(ModelSource("gguf", str(path)), LoadOptions(device="cpu"), isolated_paths)
+    assert "model.layers.1." in err.value.what
+    assert not any((isolated_paths.models_dir / "gguf").glob("holes-*"))  # nothing half-converted is cached
