@@ -81,3 +81,12 @@ def test_hf_hub_offline_is_overridden_for_the_explicit_download(tmp_path: Path) 
 def test_invalid_repo_id(repo_id: str, tmp_path: Path) -> None:
     with pytest.raises(ModelNotFoundError, match="not a valid hub repo id"):
         download_hub_model(repo_id, tmp_path)
+
+
+def test_already_downloaded_hub_model_loads_offline(tiny_model_folder: Path, tmp_path: Path) -> None:
+    import shutil
+
+    paths = AppPaths(tmp_path / "c", tmp_path / "d", tmp_path / "cache").ensure()
+    shutil.copytree(tiny_model_folder, hub_model_dir("owner/tiny-llama", paths.models_dir))
+    loaded = load_model(ModelSource("hub", "owner/tiny-llama"), LoadOptions(device="cpu", dtype="fp32"), paths)
+    assert loaded.name == "tiny-llama" and type(loaded.model).__name__ == "LlamaForCausalLM"
