@@ -11,7 +11,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
@@ -48,6 +50,11 @@ class _Forget:
     conversation_id: int
 
 
+@dataclass(frozen=True)
+class _Call:
+    job: Callable[[Any], None]  # called with the LoadedModel, or None when none is loaded
+
+
 class ModelWorker(QObject):
     """Runs model work on its own thread, one job at a time, in the order asked."""
 
@@ -61,7 +68,7 @@ class ModelWorker(QObject):
     def __init__(self, paths: AppPaths) -> None:
         super().__init__()
         self.paths = paths
-        self._jobs: queue.SimpleQueue[_Load | _Answer | _Forget | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Load | _Answer | _Forget | _Call | None] = queue.SimpleQueue()
         self._ids = itertools.count(1)
         self._tokens: set[CancelToken] = set()
         self._lock = threading.Lock()
@@ -92,6 +99,10 @@ class ModelWorker(QObject):
         """Drop a conversation's n-gram pool (deleted, or its history was edited)."""
         self._jobs.put(_Forget(conversation_id))
 
+    def call_with_model(self, job: Callable[[Any], None]) -> None:
+        """Queue ``job(loaded model or None)`` on the model thread, after the jobs queued before (Compare mode)."""
+        self._jobs.put(_Call(job))
+
     def shutdown(self, timeout: float = 1.5) -> bool:
         """Cancel everything, stop the thread; True if it ended within ``timeout`` seconds."""
         with self._lock:
@@ -114,10 +125,12 @@ class ModelWorker(QObject):
                 self._load(job)
             elif isinstance(job, _Answer):
                 self._answer(job)
+            elif isinstance(job, _Call):
+                job.job(self._loaded)
             else:
                 self._pools.forget(job.conversation_id)
             with self._lock:
-                if not isinstance(job, _Forget):
+                if isinstance(job, (_Load, _Answer)):
                     self._tokens.discard(job.cancel if isinstance(job, _Load) else job.request.cancel)
         log.info("model worker stopped")
 
