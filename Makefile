@@ -40,6 +40,10 @@ bench: setup
 tune: setup
 	$(BIN)/lookahead-chat tune
 
+# Renders docs/screenshots/*.png with the real default model under Xvfb (apt-get install xvfb).
+screenshots: setup
+	xvfb-run -a -s "-screen 0 1400x900x24" env QT_QPA_PLATFORM=xcb $(BIN)/python tests/app/screenshots.py docs/screenshots
+
 clean:
 	rm -rf $(VENV) build dist .pytest_cache
 

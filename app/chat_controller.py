@@ -254,7 +254,7 @@ class ChatController(QObject):
             status = "complete"
         widget = self._live_widget_for(live)
         if widget is not None:
-            widget.set_text(text)
+            widget.finish(text)
             widget.set_status(status)
             if outcome.figures is not None:
                 widget.set_figures(outcome.figures.summary())

@@ -21,6 +21,7 @@ class ChatView(QScrollArea):
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.renderer = MarkdownRenderer(LIGHT)
+        self.renderer.warm_up()
         self._messages: list[MessageWidget] = []
         self._busy = False
         self._follow = True

@@ -42,6 +42,8 @@ class HistoryList(QWidget):
         self.new_button.setToolTip("Start a new conversation (Ctrl+N)")
         self.list = QListWidget(objectName="conversations")
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
         layout.addWidget(self.search)

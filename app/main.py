@@ -46,4 +46,17 @@ def run_gui(paths: AppPaths) -> int:
         await closed.wait()
 
     qasync.run(until_closed())
+    return leave(window)
+
+
+def leave(window) -> int:
+    """Exit code after the window closed. The history is saved and closed by then; if the worker
+    is still inside a long decoding step, exit without waiting for it (a daemon thread inside
+    torch must not meet interpreter shutdown)."""
+    if window.worker.running:
+        log.warning("the model worker is still in a decoding step; exiting without waiting for it")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0

@@ -65,7 +65,7 @@ class MainWindow(QMainWindow):
         loaded = self.settings_store.load()
         self.settings: Settings = loaded.settings
         self.model: ModelInfo | None = None
-        self._last_outcome: AnswerOutcome | None = None
+        self.last_outcome: AnswerOutcome | None = None
         self._load_token = None
         self.worker = ModelWorker(paths)
         self.store, store_problem = self._open_history()
@@ -351,7 +351,7 @@ class MainWindow(QMainWindow):
         self._update_figures()
 
     def _answer_done(self, outcome: AnswerOutcome) -> None:
-        self._last_outcome = outcome
+        self.last_outcome = outcome
         if self.model is not None and outcome.device_label:
             self.figures.set_device_label(outcome.device_label, self.model.device_kind, self.model.precision)
         self._update_figures()
@@ -365,7 +365,7 @@ class MainWindow(QMainWindow):
             if live.start is not None and figures is not None:
                 self.figures.set_context(live.start.prompt_tokens + figures.new_tokens, live.start.context_length)
             return
-        outcome = self._last_outcome
+        outcome = self.last_outcome
         if outcome is not None and outcome.figures is not None:
             f = outcome.figures
             self.figures.set_state(f"last answer ({f.mode})")

@@ -26,6 +26,8 @@ class Palette:
     pygments_style: str
 
 
+WARM_LANGUAGES = ("python", "bash", "javascript", "json", "c")
+
 LIGHT = Palette("#f3f4f6", "#6b7280", "#2563eb", "friendly")
 DARK = Palette("#1e2230", "#9ca3af", "#7aa2f7", "monokai")
 
@@ -51,6 +53,11 @@ class MarkdownRenderer:
 
         self._md.add_render_rule("fence", code_block)
         self._md.add_render_rule("code_block", code_block)
+
+    def warm_up(self) -> None:
+        """Import the lexers and styles once now, so the first streamed code block does not stall."""
+        for language in WARM_LANGUAGES:
+            self.render(f"```{language}\nx = 1\n```\n")
 
     def render(self, text: str) -> Rendered:
         env: dict[str, Any] = {"code_blocks": []}

@@ -1,4 +1,4 @@
-"""One chat message: speaker, Markdown body (re-rendered as it streams), actions and figures."""
+"""One chat message: speaker, Markdown body (rendered incrementally as it streams), actions and figures."""
 
 from __future__ import annotations
 
@@ -12,11 +12,27 @@ RENDER_DELAY_MS = 100  # streamed text is re-rendered at most 10 times a second
 STATUS_TEXT = {"generating": "generating…", "stopped": "stopped", "interrupted": "interrupted", "complete": ""}
 
 
-class MessageText(QTextBrowser):
-    """A read-only rich-text view as tall as its content (the chat view scrolls, not each message)."""
+def stable_prefix_length(text: str) -> int:
+    """Length of the leading complete Markdown blocks: up to the last blank line outside a code fence."""
+    position = stable = 0
+    fenced = False
+    for line in text.splitlines(keepends=True):
+        position += len(line)
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and not stripped and line.endswith("\n"):
+            stable = position
+    return stable
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+
+class MessageText(QTextBrowser):
+    """A read-only rich-text view as tall as its content, with copy links for its code blocks."""
+
+    def __init__(self, renderer: MarkdownRenderer, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.renderer = renderer
+        self.code_blocks: list[str] = []
         self.setOpenLinks(False)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -26,6 +42,20 @@ class MessageText(QTextBrowser):
         self.setStyleSheet("background: transparent;")
         self.document().setDocumentMargin(2)
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.anchorClicked.connect(self._link_clicked)
+
+    def show_markdown(self, text: str) -> None:
+        rendered = self.renderer.render(text)
+        self.code_blocks = rendered.code_blocks
+        self.setHtml(rendered.html)
+
+    def _link_clicked(self, url: QUrl) -> None:
+        if url.scheme() == COPY_SCHEME:
+            index = int(url.path() or 0)
+            if 0 <= index < len(self.code_blocks):
+                QGuiApplication.clipboard().setText(self.code_blocks[index])
+        else:
+            QDesktopServices.openUrl(url)
 
     def _fit(self) -> None:
         self.setFixedHeight(int(self.document().size().height()) + 4)
@@ -50,7 +80,6 @@ class MessageWidget(QFrame):
         self.role = role
         self.renderer = renderer
         self._text = ""
-        self._code_blocks: list[str] = []
         self.setObjectName("message")
         self.setProperty("role", role)
 
@@ -72,8 +101,8 @@ class MessageWidget(QFrame):
         self.note = QLabel("", objectName="status", wordWrap=True)
         self.note.setProperty("state", "interrupted")
         self.note.setVisible(False)
-        self.body = MessageText(self)
-        self.body.anchorClicked.connect(self._link_clicked)
+        self.segments = [MessageText(renderer, self)]
+        self._stable_length = 0  # characters shown in finished segments (all but the last)
         self.figures = QLabel("", objectName="figures")
         self.figures.setVisible(False)
         self.figures.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -83,11 +112,12 @@ class MessageWidget(QFrame):
         layout.setSpacing(4)
         layout.addLayout(header)
         layout.addWidget(self.note)
-        layout.addWidget(self.body)
+        layout.addWidget(self.segments[0])
         layout.addWidget(self.figures)
+        self._layout = layout
 
         self._render_timer = QTimer(self, singleShot=True, interval=RENDER_DELAY_MS)
-        self._render_timer.timeout.connect(self.render)
+        self._render_timer.timeout.connect(self._render_stream)
 
     @property
     def text(self) -> str:
@@ -95,10 +125,15 @@ class MessageWidget(QFrame):
 
     @property
     def code_blocks(self) -> list[str]:
-        return list(self._code_blocks)
+        return [code for segment in self.segments for code in segment.code_blocks]
+
+    @property
+    def shown_text(self) -> str:
+        """The rendered text as plain text (all segments)."""
+        return "\n".join(segment.toPlainText() for segment in self.segments)
 
     def set_text(self, text: str) -> None:
-        """Replace the text and render now."""
+        """Replace the text and render it now as one segment."""
         self._text = text
         self.render()
 
@@ -108,11 +143,35 @@ class MessageWidget(QFrame):
         if not self._render_timer.isActive():
             self._render_timer.start()
 
+    def finish(self, text: str) -> None:
+        """The answer ended with ``text``: render what is pending (all of it if the text changed)."""
+        if text == self._text:
+            self._render_stream()
+        else:
+            self.set_text(text)
+
     def render(self) -> None:
+        """Render the whole text into one segment (loading, theme change, text replaced)."""
         self._render_timer.stop()
-        rendered = self.renderer.render(self._text)
-        self._code_blocks = rendered.code_blocks
-        self.body.setHtml(rendered.html)
+        for segment in self.segments[1:]:
+            segment.deleteLater()
+        del self.segments[1:]
+        self.segments[0].renderer = self.renderer
+        self.segments[0].show_markdown(self._text)
+        self._stable_length = 0
+
+    def _render_stream(self) -> None:
+        """Streaming: finished Markdown blocks move into a segment that is never re-rendered;
+        only the open tail is, so the cost per update stays small however long the answer grows."""
+        self._render_timer.stop()
+        stable = stable_prefix_length(self._text)
+        if stable > self._stable_length:
+            self.segments[-1].show_markdown(self._text[self._stable_length:stable])
+            self._stable_length = stable
+            tail = MessageText(self.renderer, self)
+            self._layout.insertWidget(self._layout.indexOf(self.segments[-1]) + 1, tail)
+            self.segments.append(tail)
+        self.segments[-1].show_markdown(self._text[self._stable_length:])
 
     def set_status(self, status: str) -> None:
         self.status.setText(STATUS_TEXT.get(status, status))
@@ -130,14 +189,6 @@ class MessageWidget(QFrame):
 
     def copy_text(self) -> None:
         QGuiApplication.clipboard().setText(self._text)
-
-    def _link_clicked(self, url: QUrl) -> None:
-        if url.scheme() == COPY_SCHEME:
-            index = int(url.path() or 0)
-            if 0 <= index < len(self._code_blocks):
-                QGuiApplication.clipboard().setText(self._code_blocks[index])
-        else:
-            QDesktopServices.openUrl(url)
 
     def _action(self, text: str, tip: str, slot) -> QToolButton:
         button = QToolButton(self, objectName="messageAction", text=text, toolTip=tip)

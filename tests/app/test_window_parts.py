@@ -67,9 +67,9 @@ def test_markdown_code_blocks_are_highlighted_and_copyable(qtbot) -> None:
     qtbot.addWidget(view)
     widget = view.add_message("assistant", "Here:\n\n```python\ndef f(x):\n    return x + 1\n```\n")
     assert widget.code_blocks == ["def f(x):\n    return x + 1"]
-    html = widget.body.toHtml()
+    html = widget.segments[0].toHtml()
     assert "Copy" in html and "color:" in html
-    widget.body.anchorClicked.emit(QUrl("copy:0"))
+    widget.segments[0].anchorClicked.emit(QUrl("copy:0"))
     assert QGuiApplication.clipboard().text() == "def f(x):\n    return x + 1"
     widget.copy_button.click()
     assert QGuiApplication.clipboard().text().startswith("Here:")
@@ -81,8 +81,35 @@ def test_streamed_text_is_rendered_within_a_tenth_of_a_second(qtbot) -> None:
     widget = view.add_message("assistant", "", "generating")
     widget.append("**bold** and ```")
     widget.append("python\nx = 1")
-    qtbot.waitUntil(lambda: "x = 1" in widget.body.toPlainText(), timeout=1000)
+    qtbot.waitUntil(lambda: "x = 1" in widget.shown_text, timeout=1000)
     assert widget.status.text() == "generating…"
+
+
+def test_streaming_renders_finished_blocks_once_and_only_the_tail_again(qtbot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    widget = view.add_message("assistant", "", "generating")
+    widget.append("First paragraph.\n\n```python\nx = 1\n\ny = 2\n")
+    qtbot.waitUntil(lambda: "y = 2" in widget.shown_text, timeout=1000)
+    first = widget.segments[0]
+    assert first.toPlainText().strip() == "First paragraph."  # the blank line inside the fence is no split
+    widget.append("```\n\nDone.")
+    qtbot.waitUntil(lambda: "Done." in widget.shown_text, timeout=1000)
+    assert widget.segments[0] is first and first.toPlainText().strip() == "First paragraph."
+    assert widget.code_blocks == ["x = 1\n\ny = 2"]
+    widget.finish(widget.text)
+    assert "Done." in widget.segments[-1].toPlainText()
+    widget.render()  # a full render collapses the segments
+    assert len(widget.segments) == 1 and "Done." in widget.shown_text
+
+
+def test_stable_prefix_ends_at_a_blank_line_outside_code() -> None:
+    from app.message_widget import stable_prefix_length
+
+    assert stable_prefix_length("a\n\nb") == 3
+    assert stable_prefix_length("a\n\n```\nx\n\ny") == 3
+    assert stable_prefix_length("a\n\n```\nx\n\n```\n\nz") == len("a\n\n```\nx\n\n```\n\n")
+    assert stable_prefix_length("no blank line yet") == 0
 
 
 def test_enter_sends_and_shift_enter_adds_a_line(qtbot) -> None:
