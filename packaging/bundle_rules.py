@@ -23,8 +23,8 @@ EXCLUDED_PY = [
     "tkinter", "_tkinter", "pytest", "pytestqt", "IPython", "matplotlib", "pandas", "scipy", "sklearn",
     "tensorflow", "jax", "flax", "torchvision", "torchaudio", "PyQt5", "PyQt6", "PySide2",
     "transformers.models.deprecated",
-    # torch's test helpers; inference never reaches them.
-    "torch.testing._internal", "torch.utils.tensorboard",
+    # (torch.testing._internal must stay: torch.utils.checkpoint imports it when torch is imported.)
+    "torch.utils.tensorboard",
 ]
 
 _QT_UNUSED = ("Qml|Quick|Designer|Pdf|Labs|Lottie|Sql|Test|Help|Network|UiTools|Concurrent|PrintSupport|"
@@ -33,11 +33,12 @@ _QT_UNUSED = ("Qml|Quick|Designer|Pdf|Labs|Lottie|Sql|Test|Help|Network|UiTools|
               "Positioning|Location|Bluetooth|Nfc|TextToSpeech|SpatialAudio|HttpServer")
 
 _COMMON_DROPS = [
-    r"^torch/(test|include|bin|share/cmake)/",  # C++ test binaries, headers, protoc, cmake files
+    r"^torch/(test|include|share/cmake)/",  # C++ test binaries, headers, cmake files
+    r"^torch/bin/(?!torch_shm_manager(\.exe)?$)",  # C++ tests and protoc; torch imports need shm_manager
     r"^torch/lib/(lib)?(jitbackend_test|torchbind_test|backend_with_compiler|aoti_custom_ops)\.(so|dll)$",
     r"^torch/lib/.*\.lib$",  # Windows import libraries
     r"\.(h|hpp|cuh|pyi|cmake)$",
-    r"(^|/)(tests?|testing/_internal)/",  # the packages' own test suites
+    r"(^|/)tests?/",  # the packages' own test suites
     r"^PySide6/(include|typesystems|glue|scripts|doc|examples)/",
     r"^PySide6/(Qt/)?(qml|metatypes|mkspecs)/",
     r"^PySide6/(Qt/)?translations/(?!qtbase_)",  # only Qt's base translations (dialog buttons)

@@ -8,8 +8,10 @@
 # VERSION     the app version (0.1.0)
 # VARIANT     cpu or cuda: goes into the file names and the package description
 #
-# DEB_COMPRESSION (xz, zstd, gzip or none; default xz) and DEB_LEVEL (default 6) pick the .deb's
-# compression; TAR_GZIP_LEVEL (default 6) the tarball's.  Prints the two paths at the end.
+# DEB_COMPRESSION (zstd, xz, gzip or none; default zstd, which dpkg 1.21.18+ reads: Debian 12,
+# Ubuntu 21.10 and later) and DEB_LEVEL (default 9) pick the .deb's compression: zstd -9 packs the
+# CPU bundle in about a minute on two cores and xz -6 in over ten, for a file about 20% smaller.
+# TAR_GZIP_LEVEL (default 6) is the tarball's.  Prints the two paths at the end.
 set -euo pipefail
 
 bundle=${1:?bundle folder}
@@ -52,8 +54,10 @@ chmod -R u+rwX,go+rX,go-w "$root"
 # Libraries the bundle loads from the system (found with ldd on every ELF file in the bundle on
 # Debian 12; PyInstaller leaves out glibc, X11/xcb, GL and font libraries on purpose).  The xcb
 # platform plugin of Qt 6.5+ also needs libxcb-cursor0.  Alternatives cover Ubuntu 24.04's t64 names.
+# The bundle's Python and extension modules need at least the build machine's glibc.
+glibc=$(ldd --version | sed -n '1s/.* \([0-9]\+\.[0-9]\+\)$/\1/p')  # sed reads it all: no SIGPIPE
 depends=(
-    "libc6 (>= 2.28)"
+    "libc6 (>= $glibc)"
     "libgl1" "libegl1" "libopengl0"
     "libfontconfig1" "libfreetype6"
     "libglib2.0-0t64 | libglib2.0-0"
@@ -93,9 +97,9 @@ install -m 0755 "$here/postrm" "$root/DEBIAN/postrm"
 
 # --- .deb -----------------------------------------------------------------------------------------
 deb="$out/$base.deb"
-compression=${DEB_COMPRESSION:-xz}
+compression=${DEB_COMPRESSION:-zstd}
 level=()
-[ "$compression" = none ] || level=(-z"${DEB_LEVEL:-6}")
+[ "$compression" = none ] || level=(-z"${DEB_LEVEL:-9}")
 dpkg-deb --root-owner-group -Z"$compression" "${level[@]}" --build "$root" "$deb" >/dev/null
 
 # --- .tar.gz: the same bundle, plus the desktop entry and icons for a per-user install ------------

@@ -46,6 +46,7 @@ def test_no_qt_module_the_app_imports_is_excluded() -> None:
     "torch/test/test_api",
     "torch/include/ATen/ATen.h",
     "torch/bin/protoc",
+    "torch/bin/test_api",
     "torch/lib/libtorchbind_test.so",
     "torch/lib/torch_cpu.lib",
     "sympy/core/tests/test_basic.py",
@@ -69,10 +70,12 @@ def test_cpu_bundle_drops(path: str) -> None:
 
 @pytest.mark.parametrize("path", [
     "torch/lib/libtorch_cpu.so",
+    "torch/bin/torch_shm_manager",
     "torch/lib/libtorch_python.so",
     "torch/lib/torch_cuda.dll",
     "torch/_C.cpython-311-x86_64-linux-gnu.so",
     "torch/testing/_comparison.py",
+    "torch/testing/_internal/logging_tensor.py",
     "bitsandbytes/libbitsandbytes_cpu.so",
     "bitsandbytes/libbitsandbytes_cpu.dll",
     "PySide6/Qt/plugins/platforms/libqxcb.so",

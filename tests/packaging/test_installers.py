@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -87,6 +88,7 @@ def test_deb_control_fields(linux_packages: tuple[Path, Path]) -> None:
     assert _deb_field(deb, "Version") == VERSION
     assert _deb_field(deb, "Architecture") == "amd64"
     depends = _deb_field(deb, "Depends")
+    assert re.search(r"(^|, )libc6 \(>= \d+\.\d+\)", depends), depends  # the build machine's glibc
     for lib in ("libxcb-cursor0", "libxkbcommon-x11-0", "libgl1", "libegl1", "libfontconfig1", "libdbus-1-3"):
         assert lib in depends, f"{lib} missing from Depends: {depends}"
 
