@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -37,18 +39,25 @@ EXAMPLE_PROMPT = "Write a Python function that checks whether a number is prime.
 
 
 class ComparePage(QWidget):
-    """Self-contained: give it a :data:`~app.compare.runner.ModelCall` and the settings.
+    """Self-contained: give it a :data:`~app.compare.runner.ModelCall` and where to read the settings.
+
+    Args:
+        call: runs a job with the loaded model off the GUI thread (``None`` while none is loaded).
+        paths: the app's folders (comparisons are kept under ``data_dir``).
+        settings: returns the current settings (lookahead parameters, system prompt, max tokens).
+        conversation: returns the current conversation's id; comparisons are kept with it.
 
     ``busy_changed`` tells the window when a comparison or suite run holds the model.
     """
 
     busy_changed = Signal(bool)
 
-    def __init__(self, call: ModelCall | None, paths: AppPaths, settings: Settings, parent: QWidget | None = None) -> None:
+    def __init__(self, call: ModelCall | None, paths: AppPaths, settings: Callable[[], Settings],
+                 conversation: Callable[[], str | int | None] = lambda: None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.settings = settings
+        self.conversation = conversation
         self.store = ComparisonStore(paths.data_dir)
-        self.conversation_id: str | None = None
         self.comparison: Comparison | None = None
         self.runner = CompareRunner(call, paths, self)
         self._steps: dict[str, int] = {}
@@ -68,7 +77,7 @@ class ComparePage(QWidget):
         self.prompt = QPlainTextEdit(EXAMPLE_PROMPT)
         self.prompt.setPlaceholderText("A prompt to answer both ways")
         self.prompt.setFixedHeight(64)
-        self.max_tokens = QSpinBox(minimum=8, maximum=4096, value=min(self.settings.sampling.max_new_tokens, 256))
+        self.max_tokens = QSpinBox(minimum=8, maximum=4096, value=min(self.settings().sampling.max_new_tokens, 256))
         self.repeats = QSpinBox(minimum=1, maximum=50, value=1)
         self.repeats.setToolTip("Repeats alternate which mode goes first; the summary shows medians and spread.")
         self.compare_button = QPushButton("Compare")
@@ -134,13 +143,16 @@ class ComparePage(QWidget):
         self.runner.call = call
         self._on_busy(self.runner.busy)
 
-    def set_settings(self, settings: Settings) -> None:
-        self.settings = settings
+    @property
+    def conversation_id(self) -> str | None:
+        current = self.conversation()
+        return None if current is None else str(current)
 
-    def set_conversation(self, conversation_id: str | int | None) -> None:
-        """Show (and keep new comparisons with) this conversation's comparisons."""
-        self.conversation_id = None if conversation_id is None else str(conversation_id)
-        self._refresh_history()
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt override)
+        """Coming back to the page: list the current conversation's comparisons."""
+        super().showEvent(event)
+        if not self.runner.busy:
+            self._refresh_history()
 
     # --- actions --------------------------------------------------------------------------------
 
@@ -155,12 +167,12 @@ class ComparePage(QWidget):
         self.timeline.set_series([])
         self.histogram.set_counts({})
         self._show_status("Warming up\u2026")
-        self.runner.compare(prompt, self.settings, self.max_tokens.value(), self.repeats.value(), self.conversation_id)
+        self.runner.compare(prompt, self.settings(), self.max_tokens.value(), self.repeats.value(), self.conversation_id)
 
     def run_suites(self, prompts_per_suite: int) -> None:
         self.suites.begin()
         self._show_status("Running the built-in suites\u2026")
-        self.runner.run_suites(self.settings, self.max_tokens.value(), prompts_per_suite)
+        self.runner.run_suites(self.settings(), self.max_tokens.value(), prompts_per_suite)
 
     def export_to(self, path: Path, kind: str) -> None:
         """Export the shown comparison: ``kind`` is json, csv or png."""

@@ -17,8 +17,7 @@ SETTINGS = Settings(lookahead=LookaheadSettings(auto=False, window=3, ngram=3, g
 
 @pytest.fixture
 def page(qtbot, tiny_loaded, app_paths):
-    page = ComparePage(thread_call(tiny_loaded), app_paths, SETTINGS)
-    page.set_conversation(7)
+    page = ComparePage(thread_call(tiny_loaded), app_paths, lambda: SETTINGS, lambda: 7)
     page.resize(1200, 800)
     qtbot.addWidget(page)
     page.show()
