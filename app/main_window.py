@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.chat_controller import ChatController
 from app.chat_view import ChatView
+from app.compare.hook import install_compare
 from app.composer import Composer
 from app.dialogs import AboutDialog, HelpDialog
 from app.history_list import HistoryList
@@ -105,6 +106,7 @@ class MainWindow(QMainWindow):
         for problem in (loaded.problem, store_problem):
             if problem:
                 self.show_error(problem)
+        self.compare_page = install_compare(self)
         self.load_model()
 
     # --- construction -----------------------------------------------------------------------------
