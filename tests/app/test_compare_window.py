@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from PySide6.QtGui import QAction
 
-from app.compare.hook import install_compare
-
 
 def test_compare_toggle_runs_on_the_window_model(qtbot, tiny_settings, open_window):
     tiny_settings(max_new_tokens=12)
     window = open_window()
-    page = install_compare(window)
+    page = window.compare_page
     action = window.findChild(QAction, "compareAction")
     action.trigger()
     assert window.pages.currentWidget() is page
