@@ -1,4 +1,4 @@
-"""The headless sub-commands of ``lookahead-chat`` (no Qt is imported here)."""
+"""The headless sub-commands of ``lookahead-chat`` (Qt only to draw the benchmark chart)."""
 
 from __future__ import annotations
 
@@ -97,9 +97,86 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def bench(args: argparse.Namespace, paths: AppPaths) -> int:
-    from core.bench.cli import run_bench_command
+    """Benchmark the methods side by side; print a Markdown table, write JSON and a PNG chart."""
+    import json
+    import time
+    from pathlib import Path
 
-    return run_bench_command(args, paths)
+    from core.bench.report import markdown_table, report_json, summarize
+    from core.bench.runner import BenchRunner, Method, standard_methods
+    from core.bench.suites import load_suite
+    from core.lookahead.config import LookaheadConfig
+    from core.models.errors import ModelError
+    from core.tuning import lookahead_for
+
+    try:
+        settings, loaded = load_from_args(args, paths)
+        suites = [load_suite(name.strip(), args.limit) for name in args.suites.split(",") if name.strip()]
+    except (ModelError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    configs: list[LookaheadConfig] = []
+    for spec in args.configs.split(","):
+        if spec.strip() == "auto":
+            configs.append(lookahead_for(replace(settings.lookahead, auto=True), loaded, paths))
+        else:
+            w, n, g = (int(v) for v in spec.split(":"))
+            configs.append(LookaheadConfig(w, n, g))
+    methods = standard_methods(configs, peers=not args.no_peers)
+    if args.conversation_pool:
+        methods += [Method(f"lookahead {c.label} message pool", "loop", c, pool="message") for c in configs]
+        methods += [Method(f"lookahead {c.label} conversation pool", "loop", c, pool="conversation") for c in configs]
+    runner = BenchRunner(loaded, args.max_new_tokens)
+    runner.warm_up(methods)
+    start = time.perf_counter()
+    results = runner.run(suites, methods, _progress_printer("bench: "))
+    rows = summarize(results)
+    title = f"{loaded.name}, {loaded.device_info.label}, {str(loaded.dtype).removeprefix('torch.')}, {args.max_new_tokens} new tokens"
+    print(markdown_table(rows, title))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtype": str(loaded.dtype),
+            "max_new_tokens": args.max_new_tokens, "seconds": time.perf_counter() - start,
+            "suites": [s.name for s in suites], "methods": [m.name for m in methods]}
+    (out / "bench.json").write_text(json.dumps(report_json(rows, results, meta), indent=1))
+    _save_chart(rows, out / "bench.png")
+    print(f"Wrote {out / 'bench.json'} and {out / 'bench.png'}.", file=sys.stderr)
+    return 0
+
+
+def _save_chart(rows, path) -> None:
+    """Draw the per-suite chart with the app's QPainter charts (offscreen)."""
+    import os
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from app.charts import save_bench_chart
+
+    save_bench_chart(rows, path)
+
+
+def tune(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Tune 'Auto' for the current model, dtype and device; print the measured table."""
+    from core.models.errors import ModelError
+    from core.tuning import STEP_SIZES, profile_path, tune as run_tune
+
+    try:
+        _, loaded = load_from_args(args, paths)
+    except ModelError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    profile = run_tune(loaded, paths.ensure(), prompts_per_suite=args.prompts, progress=_progress_printer("tune: "))
+    base = profile.step_seconds[0]
+    print(f"Step cost on {profile.device}, {profile.model}, {profile.dtype} (relative to a 1-token step of {base * 1000:.1f} ms):")
+    print("| tokens fed | " + " | ".join(str(s) for s in STEP_SIZES) + " |")
+    print("|---|" + "---:|" * len(STEP_SIZES))
+    print("| cost | " + " | ".join(f"{t / base:.2f}" for t in profile.step_seconds) + " |")
+    print()
+    print("| W | N | G | tokens/step | tokens fed/step | expected speed-up |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for c in sorted(profile.candidates, key=lambda c: -c.expected_speedup):
+        print(f"| {c.window} | {c.ngram} | {c.guesses} | {c.tokens_per_step:.2f} | {c.mean_step_size:.1f} | {c.expected_speedup:.2f}x |")
+    print(f"\nAuto now uses {profile.best.config.label}; profile saved to {profile_path(paths, loaded)}.")
+    return 0
 
 
 def self_test(paths: AppPaths) -> int:

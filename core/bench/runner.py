@@ -22,6 +22,8 @@ from core.models.loader import LoadedModel
 from core.progress import CancelToken, ProgressCallback, no_progress
 
 PROMPT_LOOKUP_TOKENS = 10
+REFERENCE = "generate"
+PLAIN_LOOP = "plain loop"
 BENCH_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
@@ -61,8 +63,8 @@ class RunResult:
 
 def standard_methods(configs: Sequence[LookaheadConfig], peers: bool = True) -> list[Method]:
     """generate (the reference), the plain loop, each lookahead config, and prompt lookup."""
-    methods = [Method("generate", "generate")] if peers else []
-    methods.append(Method("plain loop", "loop"))
+    methods = [Method(REFERENCE, "generate")] if peers else []
+    methods.append(Method(PLAIN_LOOP, "loop"))
     methods += [Method(f"lookahead {c.label}", "loop", c) for c in configs]
     if peers:
         methods.append(Method(f"prompt lookup {PROMPT_LOOKUP_TOKENS}", "prompt_lookup"))

@@ -162,6 +162,7 @@ class Decoding:
         past = self._past
         ids = torch.tensor([x], device=self.device)
         positions = torch.tensor([past], device=self.device)
+        self.stats.fed_tokens += 1
         return [self._choose(self._forward(ids, positions, 1)[-1])]
 
     def _lookahead_step(self, x: int) -> list[int]:
@@ -171,6 +172,7 @@ class Decoding:
         candidates = self.pool.candidates(x, cfg.guesses)
         layout = step_layout(cfg.window, cand_len, len(window.levels), len(candidates), self._mask_dtype, self.device)
         past = self._past
+        self.stats.fed_tokens += layout.size
         flat = window.rows(x)
         for candidate in candidates:
             flat.extend(candidate)

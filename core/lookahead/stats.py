@@ -33,6 +33,7 @@ class DecodeStats:
     step_tokens: list[int] = field(default_factory=list)
     accepted_histogram: Counter[int] = field(default_factory=Counter)
     prefill_seconds: float = 0.0
+    fed_tokens: int = 0  # tokens fed to the model by the steps after the prefill
 
     def record(self, tokens: int, seconds: float, *, prefill: bool = False) -> None:
         self.steps += 1
@@ -52,6 +53,12 @@ class DecodeStats:
     def decode_seconds(self) -> float:
         """Time after the first token."""
         return self.total_seconds - self.prefill_seconds
+
+    @property
+    def mean_step_size(self) -> float:
+        """Average number of tokens fed per step after the prefill (1 for plain decoding)."""
+        decode_steps = self.steps - 1
+        return self.fed_tokens / decode_steps if decode_steps > 0 else 0.0
 
     @property
     def time_to_first_token(self) -> float:

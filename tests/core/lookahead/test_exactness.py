@@ -1,0 +1,179 @@
+"""Greedy lookahead must give exactly the tokens of plain greedy decoding (fp32)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.lookahead import Decoding, LookaheadConfig, lookahead_generate
+from tests.conftest import make_model, tiny_llama_config
+
+CONFIGS = [
+    LookaheadConfig(window=7, ngram=5, guesses=7),
+    LookaheadConfig(window=4, ngram=3, guesses=4, pool_from_prompt=False),
+    LookaheadConfig(window=1, ngram=2, guesses=1),
+    LookaheadConfig(window=5, ngram=2, guesses=8),
+    LookaheadConfig(window=3, ngram=6, guesses=0),
+]
+
+
+def _tiny(kind: str, seed: int):
+    from transformers import MistralConfig, Qwen2Config
+
+    common = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    if kind == "llama":
+        config = tiny_llama_config(96)
+    elif kind == "mistral":
+        config = MistralConfig(**common, sliding_window=None)
+    else:
+        config = Qwen2Config(**common, use_sliding_window=False)
+    return make_model(config, seed=seed)
+
+
+def _repetitive_prompt(seed: int, length: int = 40) -> list[int]:
+    """Random tokens with a repeated stretch, so the pool has something to find."""
+    g = torch.Generator().manual_seed(seed)
+    head = torch.randint(3, 96, (length // 2,), generator=g).tolist()
+    return head + head[: length // 2]
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2"])
+@pytest.mark.parametrize("seed", range(4))
+def test_lookahead_matches_plain_greedy_on_tiny_models(kind: str, seed: int) -> None:
+    model = _tiny(kind, seed)
+    prompt = _repetitive_prompt(seed)
+    reference = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False, min_new_tokens=48)[0, len(prompt):].tolist()
+    for config in CONFIGS:
+        decoding = Decoding(model, prompt, lookahead=config, max_new_tokens=48)
+        list(decoding)
+        assert decoding.tokens == reference, f"{kind} seed {seed} {config.label}"
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_plain_loop_and_lookahead_agree_with_eager_and_sdpa(attn: str) -> None:
+    model = make_model(tiny_llama_config(96), seed=7, attn=attn)
+    prompt = _repetitive_prompt(7)
+    plain = Decoding(model, prompt, max_new_tokens=40)
+    look = Decoding(model, prompt, lookahead=LookaheadConfig(6, 4, 6), max_new_tokens=40)
+    list(plain), list(look)
+    assert plain.tokens == look.tokens
+    assert len(plain.tokens) == 40
+
+
+def test_lookahead_takes_fewer_steps_on_repetitive_text() -> None:
+    """A model that has learned nothing still repeats itself; lookahead must exploit that."""
+    model = make_model(tiny_llama_config(96), seed=3)
+    prompt = _repetitive_prompt(3)
+    look = Decoding(model, prompt, lookahead=LookaheadConfig(5, 4, 5), max_new_tokens=64)
+    list(look)
+    assert look.stats.steps < 64
+    assert look.stats.tokens_per_step > 1.0
+    assert max(look.stats.accepted_histogram) > 1
+
+
+def test_eos_stops_and_is_emitted() -> None:
+    model = make_model(tiny_llama_config(96), seed=1)
+    prompt = _repetitive_prompt(1)
+    free = Decoding(model, prompt, max_new_tokens=30)
+    list(free)
+    eos = free.tokens[10]
+    cut = free.tokens.index(eos) + 1
+    for config in (None, LookaheadConfig(5, 4, 5)):
+        decoding = Decoding(model, prompt, lookahead=config, max_new_tokens=30, eos_token_ids=[eos])
+        list(decoding)
+        assert decoding.tokens == free.tokens[:cut]
+        assert decoding.finish_reason == "eos"
+
+
+def test_max_new_tokens_is_exact_even_when_a_step_emits_several() -> None:
+    model = make_model(tiny_llama_config(96), seed=3)
+    prompt = _repetitive_prompt(3)
+    for n in (1, 2, 7, 13):
+        decoding = Decoding(model, prompt, lookahead=LookaheadConfig(5, 5, 5), max_new_tokens=n)
+        list(decoding)
+        assert len(decoding.tokens) == n
+        assert decoding.finish_reason == "length"
+
+
+@pytest.mark.default_model
+def test_default_model_real_prompts_match_generate(default_loaded) -> None:
+    from core.chat.prompt import Message, encode_messages
+
+    tok, model = default_loaded.tokenizer, default_loaded.model
+    prompts = [
+        "Write a Python function that checks whether a number is prime.",
+        "What are some tips for getting better sleep?",
+        "If a train travels 60 km in 1.5 hours, what is its average speed?",
+    ]
+    for text in prompts:
+        ids = encode_messages(tok, [Message("user", text)])
+        reference = model.generate(torch.tensor([ids]), max_new_tokens=128, do_sample=False)[0, len(ids):].tolist()
+        for config in (LookaheadConfig(7, 5, 7, pool_from_prompt=False), LookaheadConfig(4, 4, 4)):
+            decoding = Decoding(model, ids, lookahead=config, max_new_tokens=128, eos_token_ids=[tok.eos_token_id])
+            list(decoding)
+            assert decoding.tokens == reference, f"{text!r} {config.label}"
+            assert decoding.stats.tokens_per_step > 1.2
+
+
+def test_custom_generate_entry_point_matches_generate() -> None:
+    from transformers import TextIteratorStreamer
+
+    model = make_model(tiny_llama_config(96), seed=5)
+    prompt = torch.tensor([_repetitive_prompt(5)])
+    reference = model.generate(prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32)
+
+    class Collect:
+        def __init__(self) -> None:
+            self.puts: list[list[int]] = []
+            self.ended = False
+
+        def put(self, value: torch.Tensor) -> None:
+            self.puts.append(value.reshape(-1).tolist())
+
+        def end(self) -> None:
+            self.ended = True
+
+    streamer = Collect()
+    out = model.generate(prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32, custom_generate=lookahead_generate,
+                         lookahead=LookaheadConfig(window=7, ngram=5, guesses=7, pool_from_prompt=False),
+                         return_dict_in_generate=True, streamer=streamer)
+    assert torch.equal(out.sequences, reference)
+    assert out.lookahead_stats.new_tokens == 32
+    assert out.lookahead_stats.steps <= 32
+    assert streamer.ended
+    assert streamer.puts[0] == prompt[0].tolist()  # generate's own put of the prompt
+    assert sum(streamer.puts[1:], []) == reference[0, prompt.shape[1]:].tolist()
+    plain_tensor = model.generate(prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32, custom_generate=lookahead_generate)
+    assert torch.equal(plain_tensor, reference)
+    del TextIteratorStreamer
+
+
+def test_custom_generate_honours_eos_list_and_stopping_criteria() -> None:
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    model = make_model(tiny_llama_config(96), seed=2)
+    prompt = torch.tensor([_repetitive_prompt(2)])
+    free = model.generate(prompt, max_new_tokens=30, do_sample=False, min_new_tokens=30)[0, prompt.shape[1]:].tolist()
+    eos_ids = [free[12], free[20]]
+    reference = model.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=eos_ids)
+    out = model.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=eos_ids, custom_generate=lookahead_generate)
+    assert torch.equal(out, reference)
+
+    class StopAfter(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+            return torch.tensor([input_ids.shape[1] >= prompt.shape[1] + 9])
+
+    stopped = model.generate(prompt, max_new_tokens=30, do_sample=False, min_new_tokens=30,
+                             stopping_criteria=StoppingCriteriaList([StopAfter()]), custom_generate=lookahead_generate)
+    assert stopped.shape[1] == prompt.shape[1] + 9
+    assert stopped[0, prompt.shape[1]:].tolist() == free[:9]
+
+
+def test_repetition_penalty_greedy_matches_generate() -> None:
+    model = make_model(tiny_llama_config(96), seed=4)
+    prompt = torch.tensor([_repetitive_prompt(4)])
+    reference = model.generate(prompt, max_new_tokens=40, do_sample=False, repetition_penalty=1.3, min_new_tokens=40)
+    out = model.generate(prompt, max_new_tokens=40, do_sample=False, repetition_penalty=1.3, min_new_tokens=40,
+                         custom_generate=lookahead_generate, lookahead=LookaheadConfig(5, 4, 5))
+    assert torch.equal(out, reference)
