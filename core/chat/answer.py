@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 from core.chat.prompt import Message, build_prompt
 from core.lookahead import Decoding, LookaheadConfig, NGramPool
+from core.lookahead.sampling import SamplingConfig, TokenPolicy
 from core.lookahead.stats import DecodeStats
 from core.models.loader import LoadedModel
 from core.progress import CancelToken
+from core.settings import SamplingSettings
 from core.textstream import TextStream
 
 
@@ -25,7 +27,8 @@ class AnswerDelta:
 class Answer:
     """Generates the assistant's reply to ``messages``; iterate for :class:`AnswerDelta`.
 
-    After iteration, :attr:`text`, :attr:`finish_reason` and :attr:`dropped_messages` tell
+    ``sampling`` (temperature, top-k/p, min-p, repetition penalty, seed) applies to both modes;
+    ``None`` is plain greedy. After iteration, :attr:`text`, :attr:`finish_reason` and :attr:`dropped_messages` tell
     what happened.
     """
 
@@ -39,6 +42,7 @@ class Answer:
         stop_strings: tuple[str, ...] = (),
         pool: NGramPool | None = None,
         cancel: CancelToken | None = None,
+        sampling: SamplingSettings | None = None,
     ) -> None:
         budget = loaded.context_length - max_new_tokens
         if budget < 16:
@@ -58,6 +62,7 @@ class Answer:
             eos_token_ids=eos_token_ids(loaded),
             pool=pool,
             cancel=cancel,
+            policy=policy_for(sampling, loaded) if sampling is not None else None,
         )
         self.finish_reason: str | None = None
 
@@ -84,6 +89,20 @@ class Answer:
         tail = self._stream.flush()
         if tail:
             yield AnswerDelta(tail, 0, self._decoding.stats)
+
+
+def policy_for(sampling: SamplingSettings, loaded: LoadedModel) -> TokenPolicy | None:
+    """The token policy for the user's sampling settings; None for plain greedy (the fast path)."""
+    if sampling.greedy:
+        if sampling.repetition_penalty == 1.0:
+            return None
+        processors = SamplingConfig(repetition_penalty=sampling.repetition_penalty).processors()
+        return TokenPolicy(processors, do_sample=False)
+    config = SamplingConfig(
+        temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p,
+        repetition_penalty=sampling.repetition_penalty, seed=sampling.seed,
+    )
+    return TokenPolicy.from_config(config, loaded.device)
 
 
 def eos_token_ids(loaded: LoadedModel) -> list[int]:

@@ -1,0 +1,98 @@
+"""Lookahead sampling keeps plain sampling's output distribution, and is reproducible with a seed."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+import core.lookahead.sampling as sampling
+from core.lookahead import Decoding, LookaheadConfig, SamplingConfig, TokenPolicy, lookahead_generate
+from tests.conftest import make_model, tiny_llama_config
+
+VOCAB = 12
+SAMPLES = 2500
+SIGNIFICANCE = 1e-3
+SETTINGS = SamplingConfig(temperature=1.3, top_k=9, top_p=0.97)
+PROMPT = [3, 4, 5, 6, 3, 4, 5, 7, 3, 4, 5, 6, 3, 4, 5, 7, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return make_model(tiny_llama_config(VOCAB, hidden_size=32, intermediate_size=64, num_attention_heads=2), seed=11)
+
+
+def _pairs(model, lookahead: LookaheadConfig | None, seed_offset: int) -> Counter[tuple[int, int]]:
+    """Distribution of the 2nd and 3rd generated tokens (the 1st comes from the prefill in both modes)."""
+    counts: Counter[tuple[int, int]] = Counter()
+    for i in range(SAMPLES):
+        policy = TokenPolicy.from_config(SamplingConfig(**{**SETTINGS.__dict__, "seed": seed_offset + i}), model.device)
+        decoding = Decoding(model, PROMPT, lookahead=lookahead, max_new_tokens=3, policy=policy)
+        list(decoding)
+        counts[(decoding.tokens[1], decoding.tokens[2])] += 1
+    return counts
+
+
+def chi_square_p_value(a: Counter, b: Counter) -> float:
+    """Two-sample chi-square test of homogeneity; cells with fewer than 10 counts are pooled."""
+    na, nb = sum(a.values()), sum(b.values())
+    cells, pooled = [], [0, 0]
+    for key in set(a) | set(b):
+        if a[key] + b[key] < 10:
+            pooled[0] += a[key]
+            pooled[1] += b[key]
+        else:
+            cells.append((a[key], b[key]))
+    if sum(pooled):
+        cells.append(tuple(pooled))
+    k1, k2 = (nb / na) ** 0.5, (na / nb) ** 0.5
+    stat = sum((x * k1 - y * k2) ** 2 / (x + y) for x, y in cells)
+    dof = len(cells) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+@pytest.fixture(scope="module")
+def plain_counts(model) -> Counter:
+    return _pairs(model, None, 0)
+
+
+def test_lookahead_sampling_matches_plain_sampling(model, plain_counts) -> None:
+    look = _pairs(model, LookaheadConfig(3, 4, 6), 10**6)
+    p = chi_square_p_value(plain_counts, look)
+    assert p > SIGNIFICANCE, f"distributions differ (p={p:.2e})"
+
+
+def test_the_statistical_test_catches_a_wrong_acceptance_rule(model, plain_counts, monkeypatch) -> None:
+    """Accepting a draft with probability min(1, 2 p) instead of p biases the output: the test must see it."""
+    monkeypatch.setattr(sampling, "accept_draft", lambda p_token, u: u < min(1.0, 2 * p_token))
+    wrong = _pairs(model, LookaheadConfig(3, 4, 6), 10**6)
+    assert chi_square_p_value(plain_counts, wrong) < SIGNIFICANCE
+
+
+def test_lookahead_sampling_accepts_several_tokens_per_step(model) -> None:
+    policy = TokenPolicy.from_config(SamplingConfig(temperature=0.7, seed=1), model.device)
+    decoding = Decoding(model, PROMPT * 3, lookahead=LookaheadConfig(3, 4, 6), max_new_tokens=60, policy=policy)
+    list(decoding)
+    assert decoding.stats.steps < 60
+
+
+def test_seeded_sampling_is_reproducible(model) -> None:
+    def run(mode: LookaheadConfig | None) -> list[int]:
+        policy = TokenPolicy.from_config(SamplingConfig(temperature=1.0, top_p=0.9, seed=42), model.device)
+        decoding = Decoding(model, PROMPT, lookahead=mode, max_new_tokens=40, policy=policy)
+        list(decoding)
+        return decoding.tokens
+
+    for mode in (None, LookaheadConfig(4, 4, 4)):
+        assert run(mode) == run(mode)
+
+
+def test_generate_with_do_sample_uses_lookahead_sampling(model) -> None:
+    torch.manual_seed(0)
+    prompt = torch.tensor([PROMPT])
+    out = model.generate(prompt, do_sample=True, temperature=0.8, top_k=5, max_new_tokens=20, min_new_tokens=20,
+                         custom_generate=lookahead_generate, lookahead=LookaheadConfig(3, 4, 4), return_dict_in_generate=True)
+    assert out.sequences.shape == (1, len(PROMPT) + 20)
+    assert out.lookahead_stats.new_tokens == 20
+    assert out.sequences[0, len(PROMPT):].max() < VOCAB
