@@ -126,7 +126,7 @@ class ModelWorker(QObject):
             elif isinstance(job, _Answer):
                 self._answer(job)
             elif isinstance(job, _Call):
-                job.job(self._loaded)
+                self._call(job)
             else:
                 self._pools.forget(job.conversation_id)
             with self._lock:
@@ -234,6 +234,12 @@ class ModelWorker(QObject):
             self.answer_delta.emit(job.job_id, "".join(pending), figures)
         outcome = AnswerOutcome(answer.text, reason, figures, error, describe_device(loaded.device).label)
         self.answer_finished.emit(job.job_id, outcome)
+
+    def _call(self, job: _Call) -> None:
+        try:
+            job.job(self._loaded)
+        except Exception:  # the job reports its own errors; a bug in it must not stop the worker
+            log.exception("a model job failed")
 
     def _fail(self, job_id: int, message: str) -> None:
         self.answer_finished.emit(job_id, AnswerOutcome("", "error", None, message))

@@ -6,8 +6,8 @@ import json
 import os
 
 from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QInputDialog, QMessageBox
+from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtWidgets import QInputDialog, QLabel, QMessageBox
 
 from app.chat_view import ChatView
 from app.composer import Composer
@@ -200,3 +200,21 @@ def test_gui_start_sets_hub_offline_mode(monkeypatch) -> None:
         monkeypatch.delenv(name, raising=False)
     enable_offline_mode()
     assert all(os.environ[name] == "1" for name in OFFLINE_ENVIRONMENT)
+
+
+def test_other_modes_run_jobs_on_the_model_worker(tiny_settings, open_window, qtbot) -> None:
+    import threading
+
+    tiny_settings()
+    window = open_window()
+    seen: list[tuple[str, str]] = []
+    window.worker.call_with_model(lambda loaded: seen.append((threading.current_thread().name, loaded.name)))
+    window.worker.call_with_model(lambda loaded: 1 / 0)  # a failing job is logged, the worker keeps going
+    window.worker.call_with_model(lambda loaded: seen.append(("after", "")))
+    qtbot.waitUntil(lambda: len(seen) == 2, timeout=10_000)
+    assert seen[0][0] == "model-worker" and seen[0][1] == window.model.name
+    index = window.add_page(QLabel("compare"))
+    assert window.pages.widget(index).text() == "compare" and window.pages.currentIndex() == 0
+    action = QAction("Compare", window)
+    window.add_toolbar_action(action)
+    assert action in window.toolbar.actions()
