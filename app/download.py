@@ -33,10 +33,6 @@ class HubDownload(QObject):
     def cancel(self) -> None:
         self.token.cancel()
 
-    def wait(self, timeout: float) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
     def _run(self) -> None:
         from core.models.errors import ModelError
         from core.models.hub import download_hub_model

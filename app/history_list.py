@@ -78,10 +78,6 @@ class HistoryList(QWidget):
                 self.list.setCurrentItem(item)
         self.list.blockSignals(False)
 
-    def current_id(self) -> int | None:
-        item = self.list.currentItem()
-        return item.data(ID_ROLE) if item is not None else None
-
     def ids(self) -> list[int]:
         items = (self.list.item(i) for i in range(self.list.count()))
         return [item.data(ID_ROLE) for item in items if item.data(ID_ROLE) is not None]

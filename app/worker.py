@@ -78,7 +78,8 @@ class ModelWorker(QObject):
         self._thread.start()
 
     def load(self, source: ModelSource, options: LoadOptions) -> CancelToken:
-        """Queue a model load (replacing the current model); cancels any load still queued or running."""
+        """Queue a model load that replaces the current model; the work queued or running before it
+        (an older load, an answer) is cancelled, since it was for the model being replaced."""
         token = CancelToken()
         with self._lock:
             for other in self._tokens:

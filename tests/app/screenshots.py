@@ -78,8 +78,8 @@ def main(out: Path) -> int:
         window.settings = replace(window.settings, sampling=SamplingSettings(max_new_tokens=400))
         window.composer.box.setPlainText(PROMPT)
         window.composer.submit()
-        if not wait_until(lambda: past_code_block(window, 60), 600):
-            log.warning("no code block streamed; taking the screenshot anyway")
+        if not wait_until(lambda: past_code_block(window, 60) or not window.chat.busy, 600) or not window.chat.busy:
+            log.warning("the answer ended before a code block and more text streamed; the screenshots show it finished")
         settle()
         window.grab().save(str(out / "main-light.png"))
         window.apply_settings(replace(window.settings, theme="dark"))

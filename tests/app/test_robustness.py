@@ -165,3 +165,12 @@ def test_load_failure_is_shown_and_the_app_stays_usable(tiny_settings, open_wind
     assert window.model is None
     window.new_chat()  # history and settings stay usable
     assert window.composer.isEnabled()
+
+
+def test_unusable_history_file_is_reported_and_the_session_still_chats(tiny_settings, open_window, ui, app_paths) -> None:
+    tiny_settings(max_new_tokens=8)
+    (app_paths.data_dir / "history.sqlite3").mkdir(parents=True)  # a folder where the database should be
+    window = open_window()
+    assert "will not be kept" in window.notice.text
+    ui.send(window, "Hello anyway")
+    assert ui.stored(window)[-1].status == "complete"
