@@ -15,7 +15,8 @@ from pathlib import Path
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QGuiApplication, QImage, QPainter, QPainterPath, QPalette, QPen
 
-from core.bench.report import REFERENCE, Row
+from core.bench.report import Row
+from core.bench.runner import PLAIN_LOOP, REFERENCE
 from core.compare import LOOKAHEAD, Comparison
 
 PLAIN_COLOR = "#7b8794"
@@ -54,7 +55,7 @@ class Series:
 
     label: str
     color: str
-    points: Sequence[tuple[float, float]]
+    points: list[tuple[float, float]]
 
 
 @dataclass(frozen=True)
@@ -217,12 +218,12 @@ def paint_bars(painter: QPainter, rect: QRectF, categories: Sequence[str], group
         x += 16 + metrics.horizontalAdvance(group.label) + 18
 
 
-def comparison_series(comparison: Comparison, repeat: int | None = None) -> list[Series]:
-    """The timeline series of one repeat (the last one with both runs by default)."""
+def comparison_series(comparison: Comparison) -> list[Series]:
+    """The timeline series of the last repeat where both runs finished."""
     pairs = comparison.pairs()
     if not pairs:
         return []
-    plain, ahead = pairs[-1] if repeat is None else next(p for p in pairs if p[0].repeat == repeat)
+    plain, ahead = pairs[-1]
     return [
         Series(f"plain  {plain.stats.tokens_per_second:.1f} tok/s", PLAIN_COLOR, plain.timeline()),
         Series(f"lookahead {comparison.lookahead}  {ahead.stats.tokens_per_second:.1f} tok/s", LOOKAHEAD_COLOR, ahead.timeline()),
@@ -265,30 +266,33 @@ def save_comparison_chart(comparison: Comparison, path: Path) -> None:
     render_png(path, 1100, 420, paint)
 
 
+BENCH_METRICS = {
+    # metric: (title, y axis, dashed baseline, the method it is measured against)
+    "speedup": ("Speed-up over model.generate per suite", "speed-up", 1.0, REFERENCE),
+    "speedup_vs_loop": ("Speed-up over the plain decoding loop per suite", "speed-up", 1.0, PLAIN_LOOP),
+    "tokens_per_second": ("Tokens per second per suite", "tokens/s", None, None),
+}
+
+
 def save_bench_chart(rows: Sequence[Row], path: Path, metric: str = "speedup") -> None:
     """A per-suite bar chart of benchmark rows as a PNG.
 
     Args:
         rows: ``core.bench.report.summarize`` output.
         path: the PNG to write.
-        metric: ``speedup`` (against the rows' reference, a dashed line at 1x) or ``tokens_per_second``.
+        metric: a key of :data:`BENCH_METRICS`: ``speedup`` (over ``model.generate``),
+            ``speedup_vs_loop`` (over the plain loop) or ``tokens_per_second``.
     """
-    if metric not in ("speedup", "tokens_per_second"):
-        raise ValueError(f"metric must be 'speedup' or 'tokens_per_second' (got {metric!r}).")
+    if metric not in BENCH_METRICS:
+        raise ValueError(f"metric must be one of {', '.join(BENCH_METRICS)} (got {metric!r}).")
+    title, y_name, baseline, against = BENCH_METRICS[metric]
     suites = list(dict.fromkeys(r.suite for r in rows))
-    methods = list(dict.fromkeys(r.method for r in rows if metric == "tokens_per_second" or r.method != REFERENCE))
+    methods = list(dict.fromkeys(r.method for r in rows if r.method != against))
     by_key = {(r.suite, r.method): r for r in rows}
     groups = []
     for method, color in zip(methods, _method_colors(methods)):
-        values = []
-        for suite in suites:
-            row = by_key.get((suite, method))
-            values.append(None if row is None else row.speedup if metric == "speedup" else row.tokens_per_second)
-        groups.append(BarGroup(method, color, values))
-    if metric == "speedup":
-        title, y_name, baseline = "Speed-up per suite (1x = reference)", "speed-up", 1.0
-    else:
-        title, y_name, baseline = "Tokens per second per suite", "tokens/s", None
+        cells = [by_key.get((suite, method)) for suite in suites]
+        groups.append(BarGroup(method, color, [None if row is None else getattr(row, metric) for row in cells]))
     width = max(640, 140 + 70 * len(suites) * max(len(groups), 1))
     render_png(path, width, 420, lambda p, r: paint_bars(p, r, suites, groups, ChartStyle.light(), title, y_name, baseline))
 
@@ -331,6 +335,7 @@ __all__ = [
     "paint_bars",
     "paint_histogram",
     "paint_timeline",
+    "BENCH_METRICS",
     "render_png",
     "save_bench_chart",
     "save_comparison_chart",

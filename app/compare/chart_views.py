@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from PySide6.QtCore import QRectF, QSize
+from PySide6.QtCore import QRectF, QSize, QTimer
 from PySide6.QtGui import QPainter, QPaintEvent
 from PySide6.QtWidgets import QWidget
 
 from app.charts import LOOKAHEAD_COLOR, ChartStyle, Series, paint_histogram, paint_timeline
+
+
+LIVE_REPAINT_MS = 400  # while streaming, repaint at most this often: drawing competes with decoding for the CPU
 
 
 class TimelineView(QWidget):
@@ -17,6 +20,8 @@ class TimelineView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._series: dict[str, Series] = {}
+        self._repaint = QTimer(self, singleShot=True, interval=LIVE_REPAINT_MS)
+        self._repaint.timeout.connect(self.update)
         self.setMinimumSize(QSize(320, 200))
 
     @property
@@ -34,8 +39,9 @@ class TimelineView(QWidget):
 
     def add_point(self, key: str, seconds: float, tokens: int) -> None:
         line = self._series[key]
-        line.points.append((seconds, float(tokens)))  # type: ignore[attr-defined]
-        self.update()
+        line.points.append((seconds, float(tokens)))
+        if not self._repaint.isActive():
+            self._repaint.start()
 
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt override)
         painter = QPainter(self)

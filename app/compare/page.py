@@ -232,7 +232,7 @@ class ComparePage(QWidget):
                 pane.append(run.text)
                 stats = run.stats
                 pane.show_rate(stats.new_tokens, stats.total_seconds, stats.steps)
-        self.summary.show_summary(summarize(comparison), comparison.lookahead)
+        self.summary.show_summary(summarize(comparison), comparison.lookahead, comparison.dtype)
         if pairs:
             self.timeline.set_series(comparison_series(comparison))
             self.histogram.set_counts(comparison_histogram(comparison))

@@ -18,7 +18,7 @@ class _Card(QFrame):
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.caption = QLabel(caption)
-        self.caption.setStyleSheet("color: palette(mid); font-size: 11px;")
+        self.caption.setStyleSheet("color: #80868b; font-size: 11px;")
         self.value = QLabel("\u2013")
         self.value.setStyleSheet("font-size: 17px; font-weight: 600;")
         self.note = QLabel("")
@@ -40,6 +40,12 @@ def _spread_note(spread: Spread, unit: str = "") -> str:
     if spread.count < 2:
         return "1 run"
     return f"median of {spread.count} \u00b7 {spread.low:.2f}\u2013{spread.high:.2f}{unit} (\u00b1{spread.relative * 50:.0f}%)"
+
+
+def difference_note(index: int | None, dtype: str) -> str:
+    """Where the outputs part, and the likely cause for the model's precision."""
+    cause = "a bug, please report it" if dtype in ("float32", "fp32") else f"{dtype} rounding (fp32 should match)"
+    return f"from token {index}: {cause}"
 
 
 class SummaryStrip(QWidget):
@@ -73,7 +79,7 @@ class SummaryStrip(QWidget):
         for card in self.cards:
             card.set_value("\u2013")
 
-    def show_summary(self, summary: Summary | None, lookahead_label: str) -> None:
+    def show_summary(self, summary: Summary | None, lookahead_label: str, dtype: str) -> None:
         self.lookahead.caption.setText(f"Lookahead {lookahead_label}")
         if summary is None:
             self.clear()
@@ -90,6 +96,11 @@ class SummaryStrip(QWidget):
         self.steps.set_value(f"{plain.steps} / {ahead.steps}", f"for {ahead.new_tokens} tokens")
         if summary.identical:
             self.output.set_value("\u2713 identical", "token for token", OK_COLOR)
+            self.output.setToolTip("")
         else:
-            self.output.set_value("\u2717 DIFFERENT", f"first difference at token {summary.first_difference}: a bug, please report it",
-                             ERROR_COLOR)
+            self.output.set_value("\u2717 DIFFERENT", difference_note(summary.first_difference, dtype), ERROR_COLOR)
+            self.output.setToolTip(
+                "Greedy lookahead must give plain decoding's tokens. In fp32 a difference is a bug: please report it. "
+                "In 16-bit precision, a wide lookahead step rounds differently from a one-token step, which can flip "
+                "a near-tie between two tokens; load the model in fp32 to check exactness."
+            )

@@ -37,10 +37,10 @@ class RunRecord:
             stats.record(tokens, seconds, prefill=i == 0)
         return stats
 
-    def timeline(self) -> list[tuple[float, int]]:
+    def timeline(self) -> list[tuple[float, float]]:
         """(elapsed seconds, tokens so far) after each step, starting at (0, 0)."""
-        points = [(0.0, 0)]
-        elapsed, total = 0.0, 0
+        points = [(0.0, 0.0)]
+        elapsed, total = 0.0, 0.0
         for tokens, seconds in zip(self.step_tokens, self.step_seconds):
             elapsed += seconds
             total += tokens

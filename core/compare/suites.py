@@ -6,14 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.bench.report import Row, summarize
-from core.bench.runner import BenchRunner, standard_methods
+from core.bench.runner import PLAIN_LOOP, BenchRunner, standard_methods
 from core.bench.suites import DEFAULT_SUITES, load_suite
 from core.lookahead import LookaheadConfig
 from core.models.loader import LoadedModel
 from core.progress import CancelToken, ProgressCallback, no_progress
-
-PLAIN_METHOD = "plain loop"
-
 
 @dataclass(frozen=True)
 class SuiteLine:
@@ -43,19 +40,19 @@ def run_suites(
     progress("Warming up", 0.0)
     runner.warm_up(methods)
     results = runner.run([load_suite(name, limit) for name in suites], methods, progress, cancel)
-    return summarize(results, reference=PLAIN_METHOD)
+    return summarize(results)
 
 
 def suite_lines(rows: Sequence[Row]) -> list[SuiteLine]:
     """Pair each suite's plain and lookahead rows into one line, in suite order."""
     by_suite: dict[str, dict[str, Row]] = {}
     for row in rows:
-        by_suite.setdefault(row.suite, {})["plain" if row.method == PLAIN_METHOD else "lookahead"] = row
+        by_suite.setdefault(row.suite, {})["plain" if row.method == PLAIN_LOOP else "lookahead"] = row
     lines = []
     for suite, pair in by_suite.items():
         plain, ahead = pair.get("plain"), pair.get("lookahead")
         if plain is None or ahead is None:
             continue
-        lines.append(SuiteLine(suite, plain.tokens_per_second, ahead.tokens_per_second, ahead.speedup,
+        lines.append(SuiteLine(suite, plain.tokens_per_second, ahead.tokens_per_second, ahead.speedup_vs_loop,
                                ahead.tokens_per_step, ahead.identical, ahead.runs))
     return lines

@@ -81,11 +81,25 @@ def test_suites_run_from_the_page_fill_the_table(qtbot, page):
     assert page.suites.progress.value() == 1000
 
 
+@pytest.mark.parametrize(("dtype", "cause"), [("float32", "a bug"), ("bfloat16", "bfloat16 rounding")])
+def test_a_difference_is_shown_as_an_error(qtbot, app_paths, dtype, cause):
+    from core.compare import Comparison, RunRecord
+
+    runs = [RunRecord(PLAIN, 0, 0, [5, 6, 7], "a", "length", [0.1, 0.1, 0.1], [1, 1, 1]),
+            RunRecord(LOOKAHEAD, 0, 1, [5, 6, 8], "b", "length", [0.1, 0.1], [1, 2])]
+    page = ComparePage(None, app_paths, lambda: SETTINGS)
+    qtbot.addWidget(page)
+    page.show_comparison(Comparison("x", "2025-01-01T00:00:00", "p", "", "m", "CPU", dtype, "W3 N3 G3", 3, 1, runs=runs))
+    assert f"\u2717 DIFFERENT from token 2: {cause}" in page.summary.text()
+    assert "#d93025" in page.summary.output.value.styleSheet()
+    assert page.compare_button.isEnabled() is False and page.status.text() == "Load a model to compare."
+
+
 def test_bench_chart_png(qtbot, tmp_path):
     from core.bench.report import Row
 
-    rows = [Row("code", "generate", 1, 10, 1.0, 10, 1, 1.0), Row("code", "lookahead W3 N3 G3", 1, 10, 0.5, 5, 1, 2.0)]
-    for metric in ("speedup", "tokens_per_second"):
+    rows = [Row("code", "generate", 1, 10, 1.0, 10, 1, 1.0, 0.9), Row("code", "lookahead W3 N3 G3", 1, 10, 0.5, 5, 1, 2.0, 1.8)]
+    for metric in ("speedup", "speedup_vs_loop", "tokens_per_second"):
         save_bench_chart(rows, tmp_path / f"{metric}.png", metric)
         assert (tmp_path / f"{metric}.png").stat().st_size > 1000
     with pytest.raises(ValueError):

@@ -158,9 +158,9 @@ def test_store_keeps_comparisons_per_conversation(app_paths):
 
 def test_suite_lines_pair_plain_and_lookahead_rows():
     rows = [
-        Row("code", "plain loop", 2, 100, 10.0, 100, 2, 1.0),
-        Row("code", "lookahead W3 N3 G3", 2, 100, 5.0, 40, 2, 2.0),
-        Row("chat", "plain loop", 2, 100, 10.0, 100, 2, 1.0),
+        Row("code", "plain loop", 2, 100, 10.0, 100, 2, 1.1, 1.0),
+        Row("code", "lookahead W3 N3 G3", 2, 100, 5.0, 40, 2, 2.2, 2.0),
+        Row("chat", "plain loop", 2, 100, 10.0, 100, 2, 1.1, 1.0),
     ]
     (line,) = suite_lines(rows)
     assert (line.suite, line.plain_tokens_per_second, line.lookahead_tokens_per_second) == ("code", 10.0, 20.0)
