@@ -50,8 +50,7 @@ class ChatView(QScrollArea):
             widget.render()
 
     def clear(self) -> None:
-        for widget in self._messages:
-            widget.deleteLater()
+        self._discard(self._messages)
         self._messages.clear()
         self.placeholder.setVisible(True)
 
@@ -70,8 +69,7 @@ class ChatView(QScrollArea):
 
     def remove_from(self, index: int) -> None:
         """Remove the message at ``index`` and all after it."""
-        for widget in self._messages[index:]:
-            widget.deleteLater()
+        self._discard(self._messages[index:])
         del self._messages[index:]
         self.placeholder.setVisible(not self._messages)
         self.set_busy(self._busy)
@@ -89,6 +87,13 @@ class ChatView(QScrollArea):
     def scroll_to_bottom(self) -> None:
         self._follow = True
         QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+
+    def _discard(self, widgets: list[MessageWidget]) -> None:
+        """Take widgets out of the view now (deleteLater alone waits for the event loop)."""
+        for widget in widgets:
+            self._layout.removeWidget(widget)
+            widget.hide()
+            widget.deleteLater()
 
     def _keep_bottom(self, _minimum: int, maximum: int) -> None:
         if self._follow:

@@ -154,6 +154,8 @@ class MessageWidget(QFrame):
         """Render the whole text into one segment (loading, theme change, text replaced)."""
         self._render_timer.stop()
         for segment in self.segments[1:]:
+            self._layout.removeWidget(segment)
+            segment.hide()
             segment.deleteLater()
         del self.segments[1:]
         self.segments[0].renderer = self.renderer

@@ -9,6 +9,7 @@ model-download.png (a first-run fetch of the default model into an empty cache).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -49,6 +50,7 @@ def past_code_block(window, chars: int) -> bool:
 
 def main(out: Path) -> int:
     enable_offline_mode()
+    os.environ["PIP_NO_CACHE_DIR"] = "1"  # show a real download, not pip's cached copy
     from PySide6.QtWidgets import QApplication
 
     from app.main_window import MainWindow
@@ -100,7 +102,9 @@ def main(out: Path) -> int:
         first_run = MainWindow(empty_cache)
         first_run.resize(1280, 800)
         first_run.show()
-        wait_until(lambda: first_run.load_panel.progress.value() >= 100 or first_run.load_panel.retry.isVisible(), 120)
+        panel = first_run.load_panel
+        wait_until(lambda: (panel.label.text().startswith("Downloading") and panel.progress.value() >= 60)
+                   or panel.retry.isVisible(), 180)
         settle()
         first_run.grab().save(str(out / "model-download.png"))
         first_run.close()
