@@ -116,17 +116,18 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     except (ModelError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    configs: list[LookaheadConfig] = []
+    configs: list[tuple[str, LookaheadConfig]] = []
     for spec in args.configs.split(","):
         if spec.strip() == "auto":
-            configs.append(lookahead_for(replace(settings.lookahead, auto=True), loaded, paths))
+            config = lookahead_for(replace(settings.lookahead, auto=True), loaded, paths)
+            configs.append((f"lookahead auto ({config.label})", config))
         else:
             w, n, g = (int(v) for v in spec.split(":"))
-            configs.append(LookaheadConfig(w, n, g))
+            configs.append((f"lookahead {LookaheadConfig(w, n, g).label}", LookaheadConfig(w, n, g)))
     methods = standard_methods(configs, peers=not args.no_peers)
     if args.conversation_pool:
-        methods += [Method(f"lookahead {c.label} message pool", "loop", c, pool="message") for c in configs]
-        methods += [Method(f"lookahead {c.label} conversation pool", "loop", c, pool="conversation") for c in configs]
+        methods += [Method(f"{name} message pool", "loop", c, pool="message") for name, c in configs]
+        methods += [Method(f"{name} conversation pool", "loop", c, pool="conversation") for name, c in configs]
     runner = BenchRunner(loaded, args.max_new_tokens)
     runner.warm_up(methods)
     start = time.perf_counter()

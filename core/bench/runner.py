@@ -61,11 +61,11 @@ class RunResult:
     step_tokens: list[int] = field(default_factory=list)
 
 
-def standard_methods(configs: Sequence[LookaheadConfig], peers: bool = True) -> list[Method]:
-    """generate (the reference), the plain loop, each lookahead config, and prompt lookup."""
+def standard_methods(configs: Sequence[tuple[str, LookaheadConfig]], peers: bool = True) -> list[Method]:
+    """generate (the reference), the plain loop, each named lookahead config, and prompt lookup."""
     methods = [Method(REFERENCE, "generate")] if peers else []
     methods.append(Method(PLAIN_LOOP, "loop"))
-    methods += [Method(f"lookahead {c.label}", "loop", c) for c in configs]
+    methods += [Method(name, "loop", config) for name, config in configs]
     if peers:
         methods.append(Method(f"prompt lookup {PROMPT_LOOKUP_TOKENS}", "prompt_lookup"))
     return methods

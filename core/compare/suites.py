@@ -36,7 +36,7 @@ def run_suites(
 ) -> list[Row]:
     """Plain loop and lookahead ``config`` on each suite (``limit`` > 0: its first prompts only)."""
     runner = BenchRunner(loaded, max_new_tokens)
-    methods = standard_methods([config], peers=False)
+    methods = standard_methods([(f"lookahead {config.label}", config)], peers=False)
     progress("Warming up", 0.0)
     runner.warm_up(methods)
     results = runner.run([load_suite(name, limit) for name in suites], methods, progress, cancel)
