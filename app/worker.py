@@ -205,6 +205,7 @@ class ModelWorker(QObject):
                 max_new_tokens=request.sampling.max_new_tokens,
                 pool=pool,
                 cancel=request.cancel,
+                sampling=request.sampling,
             )
         except ValueError as err:
             self._fail(job.job_id, str(err))

@@ -17,7 +17,7 @@ ANSWER_TIMEOUT_MS = 60_000
 
 
 def write_settings(paths: AppPaths, tiny_model_folder: Path, **changes) -> Settings:
-    sampling = SamplingSettings(max_new_tokens=changes.pop("max_new_tokens", 24))
+    sampling = changes.pop("sampling", None) or SamplingSettings(max_new_tokens=changes.pop("max_new_tokens", 24))
     settings = Settings(
         source=ModelSource("folder", str(tiny_model_folder)),
         load=LoadOptions(device="cpu", dtype="fp32"),

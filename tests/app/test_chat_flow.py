@@ -93,3 +93,20 @@ def test_fixed_lookahead_settings_are_one_click_away(tiny_settings, open_window,
     assert window.mode_controls.settings_button.text() == "W3 N3 G2"
     ui.send(window, "hi")
     assert ui.stored(window)[-1].mode == "lookahead W3 N3 G2"
+
+
+def test_sampling_settings_reach_the_answer(tiny_settings, open_window, ui) -> None:
+    from dataclasses import replace
+
+    from core.settings import SamplingSettings
+
+    tiny_settings(sampling=SamplingSettings(temperature=1.0, top_k=50, seed=1, max_new_tokens=20), mode="lookahead")
+    window = open_window()
+    texts = []
+    for seed in (1, 1, 2):
+        window.settings = replace(window.settings, sampling=replace(window.settings.sampling, seed=seed))
+        window.new_chat()
+        ui.send(window, "Pick some words")
+        texts.append(ui.stored(window)[-1].content)
+    assert texts[0] == texts[1]  # the seed makes sampling repeatable
+    assert texts[0] != texts[2]
