@@ -151,3 +151,11 @@ def test_desktop_entry() -> None:
     assert section["Terminal"] == "false"
     if shutil.which("desktop-file-validate"):
         subprocess.run(["desktop-file-validate", str(PACKAGING / "linux" / "lookahead-chat.desktop")], check=True)
+
+
+def test_installer_icons_are_the_apps_icon() -> None:
+    app_icon = ROOT / "resources" / "icons" / "lookahead-chat.svg"
+    if not app_icon.is_file():
+        pytest.skip("the app has no icon of its own yet")
+    assert (PACKAGING / "icons" / "lookahead-chat.svg").read_bytes() == app_icon.read_bytes(), \
+        "the app's icon changed: run packaging/icons/render.sh and commit the results"
