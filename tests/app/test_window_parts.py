@@ -218,3 +218,38 @@ def test_other_modes_run_jobs_on_the_model_worker(tiny_settings, open_window, qt
     action = QAction("Compare", window)
     window.add_toolbar_action(action)
     assert action in window.toolbar.actions()
+
+
+def test_run_gui_runs_on_qasync_offline_and_quits(tiny_settings, app_paths, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    tiny_settings(max_new_tokens=8)
+    script = f"""
+import sys
+from pathlib import Path
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from app.main import run_gui
+from core.paths import AppPaths
+
+app = QApplication(sys.argv)
+
+def close_when_ready():
+    windows = [w for w in app.topLevelWidgets() if type(w).__name__ == "MainWindow"]
+    if windows and windows[0].model is not None:
+        import huggingface_hub.constants as constants
+        print("offline", constants.HF_HUB_OFFLINE, flush=True)
+        app.closeAllWindows()
+
+timer = QTimer(interval=100)
+timer.timeout.connect(close_when_ready)
+timer.start()
+code = run_gui(AppPaths(Path({str(app_paths.config_dir)!r}), Path({str(app_paths.data_dir)!r}), Path({str(app_paths.cache_dir)!r})))
+print("exit", code)
+"""
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    env.pop("HF_HUB_OFFLINE", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "offline True" in done.stdout and "exit 0" in done.stdout
