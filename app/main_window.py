@@ -359,21 +359,10 @@ class MainWindow(QMainWindow):
         self._update_figures()
 
     def _update_figures(self) -> None:
-        live = self.chat.live
-        if live is not None:
-            figures = live.figures
-            self.figures.set_state("generating" if live.start else "waiting for the model")
-            self.figures.set_rate(live.live_rate() if figures else None, figures.tokens_per_step if figures else None)
-            if live.start is not None and figures is not None:
-                self.figures.set_context(live.start.prompt_tokens + figures.new_tokens, live.start.context_length)
-            return
-        outcome = self.last_outcome
-        if outcome is not None and outcome.figures is not None:
-            f = outcome.figures
-            self.figures.set_state(f"last answer ({f.mode})")
-            self.figures.set_rate(f.tokens_per_second, f.tokens_per_step)
-            if self.model is not None:
-                self.figures.set_context(f.prompt_tokens + f.new_tokens, self.model.context_length)
+        if self.chat.live is not None:
+            self.figures.show_live(self.chat.live)
+        elif self.last_outcome is not None and self.last_outcome.figures is not None:
+            self.figures.show_final(self.last_outcome.figures, self.model)
         elif self.model is not None:
             self.figures.set_state("ready")
 

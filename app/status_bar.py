@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
-from app.jobs import ModelInfo
+from app.chat_controller import LiveAnswer
+from app.jobs import AnswerFigures, ModelInfo
 
 
 class FiguresBar(QStatusBar):
@@ -44,3 +45,18 @@ class FiguresBar(QStatusBar):
 
     def set_context(self, used: int, maximum: int) -> None:
         self.context.setText(f"context {used} / {maximum}")
+
+    def show_live(self, live: LiveAnswer) -> None:
+        """The answer being generated: wall-clock tok/s (moves between steps too), tokens/step, context."""
+        figures = live.figures
+        self.set_state("generating" if live.start else "waiting for the model")
+        self.set_rate(live.live_rate() if figures else None, figures.tokens_per_step if figures else None)
+        if live.start is not None and figures is not None:
+            self.set_context(live.start.prompt_tokens + figures.new_tokens, live.start.context_length)
+
+    def show_final(self, figures: AnswerFigures, model: ModelInfo | None) -> None:
+        """The last answer's final figures, kept until the next one starts."""
+        self.set_state(f"last answer ({figures.mode})")
+        self.set_rate(figures.tokens_per_second, figures.tokens_per_step)
+        if model is not None:
+            self.set_context(figures.prompt_tokens + figures.new_tokens, model.context_length)
