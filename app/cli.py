@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-peers", action="store_true", help="skip model.generate and prompt-lookup runs")
     bench.add_argument("--conversation-pool", action="store_true", help="also run lookahead with message-only and conversation pools")
     bench.add_argument("--out", default="bench-results", help="folder for the JSON file and the PNG chart")
+    bench.add_argument("--overhead", action="store_true", help="only profile the time spent outside the forward pass")
     tune = sub.add_parser("tune", help="measure this device and pick the fastest lookahead setting for 'Auto'")
     _model_arguments(tune)
     tune.add_argument("--prompts", type=int, default=4, help="prompts per suite used to measure acceptance")

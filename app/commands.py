@@ -124,6 +124,8 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
         else:
             w, n, g = (int(v) for v in spec.split(":"))
             configs.append((f"lookahead {LookaheadConfig(w, n, g).label}", LookaheadConfig(w, n, g)))
+    if args.overhead:
+        return _overhead(loaded, suites, configs)
     methods = standard_methods(configs, peers=not args.no_peers)
     if args.conversation_pool:
         methods += [Method(f"{name} message pool", "loop", c, pool="message") for name, c in configs]
@@ -143,6 +145,21 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     (out / "bench.json").write_text(json.dumps(report_json(rows, results, meta), indent=1))
     _save_chart(rows, out / "bench.png")
     print(f"Wrote {out / 'bench.json'} and {out / 'bench.png'}.", file=sys.stderr)
+    return 0
+
+
+def _overhead(loaded, suites, configs) -> int:
+    """Print the share of each step spent outside the model's forward pass, and the top of a profile."""
+    from core.bench.overhead import measure_overhead
+    from core.chat.prompt import Message, encode_messages
+
+    ids = encode_messages(loaded.tokenizer, [Message("user", suites[0].prompts[0].turns[0])])
+    for name, config in [("plain loop", None), *configs]:
+        result = measure_overhead(loaded, ids, config)
+        print(f"{name}: {result.steps} steps, {result.step_seconds * 1000 / result.steps:.1f} ms/step, "
+              f"{result.outside_fraction * 100:.1f}% outside the forward pass")
+        if config is not None:
+            print(result.profile_top)
     return 0
 
 
