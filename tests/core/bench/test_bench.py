@@ -1,0 +1,60 @@
+"""The benchmark runner, report and command, on the tiny model (real decoding, real files)."""
+
+from __future__ import annotations
+
+import json
+
+from app.cli import main
+from core.bench.report import markdown_table, summarize
+from core.bench.runner import BenchRunner, Method, standard_methods
+from core.bench.suites import DEFAULT_SUITES, available_suites, load_suite
+from core.lookahead import LookaheadConfig
+
+
+def test_shipped_suites_have_enough_prompts() -> None:
+    names = available_suites()
+    for name in (*DEFAULT_SUITES, "multiturn"):
+        assert name in names
+        assert len(load_suite(name).prompts) >= 10
+    assert all(len(p.turns) >= 2 for p in load_suite("multiturn").prompts)
+
+
+def test_runner_compares_methods_on_identical_prompts(tiny_loaded) -> None:
+    config = LookaheadConfig(4, 4, 4)
+    methods = standard_methods([("lookahead W4 N4 G4", config)])
+    methods.append(Method("lookahead conversation pool", "loop", config, pool="conversation"))
+    suites = [load_suite("code", 2), load_suite("multiturn", 1)]
+    results = BenchRunner(tiny_loaded, max_new_tokens=12).run(suites, methods)
+    assert len(results) == len(methods) * (2 + 3)
+    for r in results:
+        if r.method.startswith(("lookahead", "plain", "generate")):
+            assert r.identical, r
+        assert r.new_tokens > 0 and r.seconds > 0
+    rows = summarize(results)
+    by = {(r.suite, r.method): r for r in rows}
+    assert by[("code", "generate")].speedup == 1.0
+    assert by[("code", "plain loop")].speedup_vs_loop == 1.0
+    assert by[("code", "lookahead W4 N4 G4")].tokens_per_step >= 1.0
+    table = markdown_table(rows, "tiny")
+    assert "| code | lookahead W4 N4 G4 |" in table and "| multiturn | lookahead conversation pool |" in table
+
+
+def test_runner_order_rotates_between_prompts(tiny_loaded) -> None:
+    methods = [Method("plain loop", "loop"), Method("lookahead", "loop", LookaheadConfig(3, 3, 3))]
+    results = BenchRunner(tiny_loaded, max_new_tokens=4).run([load_suite("chat", 2)], methods)
+    first_of_each_prompt = [results[0].method, results[2].method]
+    assert first_of_each_prompt == ["plain loop", "lookahead"]
+
+
+def test_bench_command_writes_table_json_and_png(tiny_model_folder, app_paths, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path / "home"))
+    out = tmp_path / "out"
+    code = main(["bench", "--model", str(tiny_model_folder), "--dtype", "fp32", "--suites", "math", "--limit", "2",
+                 "--max-new-tokens", "8", "--configs", "auto,3:3:3", "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "| math | lookahead auto (" in printed and "| math | prompt lookup 10 |" in printed
+    data = json.loads((out / "bench.json").read_text())
+    assert {row["method"] for row in data["summary"]} >= {"generate", "plain loop", "lookahead W3 N3 G3"}
+    assert all(run["identical"] for run in data["runs"] if not run["method"].startswith("prompt"))
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
