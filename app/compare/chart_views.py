@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QWidget
 from app.charts import LOOKAHEAD_COLOR, ChartStyle, Series, paint_histogram, paint_timeline
 
 
-LIVE_REPAINT_MS = 400  # while streaming, repaint at most this often: drawing competes with decoding for the CPU
+LIVE_REPAINT_MS = 1000  # while streaming, repaint at most once a second: drawing competes with decoding for the CPU and the GIL
 
 
 class TimelineView(QWidget):

@@ -246,6 +246,9 @@ class ComparePage(QWidget):
         self.compare_button.setEnabled(ready)
         self.suites.set_ready(ready)
         self.stop_button.setEnabled(busy)
+        self.prompt.setReadOnly(busy)
+        self.max_tokens.setEnabled(not busy)
+        self.repeats.setEnabled(not busy)
         self.history.setEnabled(not busy)
         self.export_button.setEnabled(not busy and self.comparison is not None)
         if self.runner.call is None and not busy:

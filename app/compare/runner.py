@@ -25,7 +25,7 @@ from core.tuning import lookahead_for
 log = logging.getLogger(__name__)
 
 ModelCall = Callable[[Callable[[LoadedModel | None], None]], None]
-EMIT_INTERVAL_S = 0.1  # streamed steps reach the GUI at most 10 times a second (GUI work competes with decoding)
+EMIT_INTERVAL_S = 0.25  # streamed steps reach the GUI 4 times a second: GUI work competes with decoding for the CPU and the GIL
 
 
 def thread_call(loaded: LoadedModel) -> ModelCall:
