@@ -19,4 +19,4 @@ def default_lookahead(device: torch.device, parameters: int) -> LookaheadConfig:
         if parameters < 20e9:
             return LookaheadConfig(window=10, ngram=5, guesses=10)
         return LookaheadConfig(window=7, ngram=5, guesses=7)
-    return LookaheadConfig(window=4, ngram=4, guesses=4)
+    return LookaheadConfig(window=5, ngram=4, guesses=5)
