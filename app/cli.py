@@ -29,8 +29,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_gui(paths)
     from app import commands
+    from core.models.errors import ModelError
 
-    return int(getattr(commands, args.command.replace("-", "_"))(args, paths))
+    try:
+        return int(getattr(commands, args.command.replace("-", "_"))(args, paths))
+    except ModelError as err:  # its message says what happened and what to do
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -27,16 +27,11 @@ def _progress_printer(label: str = ""):
 
 def fetch_default(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.models.default_model import fetch_default_model, is_default_model_ready
-    from core.models.errors import ModelError
 
     if is_default_model_ready(paths):
         print(f"Default model already cached in {paths.models_dir}.")
         return 0
-    try:
-        folder = fetch_default_model(paths.ensure(), _progress_printer())
-    except ModelError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    folder = fetch_default_model(paths.ensure(), _progress_printer())
     print(f"Default model ready in {folder}.")
     return 0
 
@@ -69,20 +64,15 @@ def load_from_args(args: argparse.Namespace, paths: AppPaths):
 def ask(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.chat.answer import Answer
     from core.chat.prompt import Message
-    from core.models.errors import ModelError
     from core.tuning import lookahead_for
 
-    try:
-        settings, loaded = load_from_args(args, paths)
-    except ModelError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    settings, loaded = load_from_args(args, paths)
     mode = args.mode or settings.mode
     messages = [Message("system", settings.system_prompt), Message("user", args.prompt)] if settings.system_prompt else [Message("user", args.prompt)]
     config = lookahead_for(settings.lookahead, loaded, paths) if mode == "lookahead" else None
     try:
         answer = Answer(loaded, messages, lookahead=config, max_new_tokens=args.max_new_tokens or settings.sampling.max_new_tokens,
-                        sampling=settings.sampling)
+                        stop_strings=settings.sampling.stop_strings, sampling=settings.sampling)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -107,15 +97,14 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.bench.runner import BenchRunner, Method, standard_methods
     from core.bench.suites import load_suite
     from core.lookahead.config import LookaheadConfig
-    from core.models.errors import ModelError
     from core.tuning import lookahead_for
 
     try:
-        settings, loaded = load_from_args(args, paths)
         suites = [load_suite(name.strip(), args.limit) for name in args.suites.split(",") if name.strip()]
-    except (ModelError, ValueError) as err:
+    except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    settings, loaded = load_from_args(args, paths)
     configs: list[tuple[str, LookaheadConfig]] = []
     for spec in args.configs.split(","):
         if spec.strip() == "auto":
@@ -175,14 +164,9 @@ def _save_chart(rows, path) -> None:
 
 def tune(args: argparse.Namespace, paths: AppPaths) -> int:
     """Tune 'Auto' for the current model, dtype and device; print the measured table."""
-    from core.models.errors import ModelError
     from core.tuning import STEP_SIZES, profile_path, tune as run_tune
 
-    try:
-        _, loaded = load_from_args(args, paths)
-    except ModelError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    _, loaded = load_from_args(args, paths)
     profile = run_tune(loaded, paths.ensure(), prompts_per_suite=args.prompts, progress=_progress_printer("tune: "))
     base = profile.step_seconds[0]
     print(f"Step cost on {profile.device}, {profile.model}, {profile.dtype} (relative to a 1-token step of {base * 1000:.1f} ms):")

@@ -127,6 +127,9 @@ class SettingsDialog(QDialog):
         self.max_new_tokens = QSpinBox(minimum=1, maximum=32768, value=sampling.max_new_tokens)
         self.seed = QSpinBox(minimum=-1, maximum=2**31 - 1, specialValueText="random")
         self.seed.setValue(-1 if sampling.seed is None else sampling.seed)
+        self.stop_strings = QPlainTextEdit("\n".join(sampling.stop_strings))
+        self.stop_strings.setPlaceholderText("One per line; the answer ends before the first one")
+        self.stop_strings.setMaximumHeight(80)
         form = QFormLayout(page)
         form.addRow("Temperature", self.temperature)
         form.addRow("Top-p", self.top_p)
@@ -135,6 +138,7 @@ class SettingsDialog(QDialog):
         form.addRow("Repetition penalty", self.repetition_penalty)
         form.addRow("Max new tokens", self.max_new_tokens)
         form.addRow("Seed", self.seed)
+        form.addRow("Stop strings", self.stop_strings)
         return page
 
     def _chat_tab(self, settings: Settings) -> QWidget:
@@ -165,6 +169,7 @@ class SettingsDialog(QDialog):
             repetition_penalty=self.repetition_penalty.value(),
             max_new_tokens=self.max_new_tokens.value(),
             seed=None if self.seed.value() < 0 else self.seed.value(),
+            stop_strings=tuple(self.stop_strings.toPlainText().splitlines()),
         )
         return replace(self._settings, source=source, load=load, sampling=sampling,
                        system_prompt=self.system_prompt.toPlainText().strip(), theme=self.theme.currentData())

@@ -203,6 +203,7 @@ class ModelWorker(QObject):
                 list(request.messages),
                 lookahead=config,
                 max_new_tokens=request.sampling.max_new_tokens,
+                stop_strings=request.sampling.stop_strings,
                 pool=pool,
                 cancel=request.cancel,
                 sampling=request.sampling,

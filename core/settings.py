@@ -31,8 +31,12 @@ class SamplingSettings:
     repetition_penalty: float = 1.0
     max_new_tokens: int = 512
     seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.stop_strings, (list, tuple)) or not all(isinstance(x, str) for x in self.stop_strings):
+            raise ValueError("stop_strings must be a list of texts.")
+        object.__setattr__(self, "stop_strings", tuple(x for x in self.stop_strings if x))
         if not 0.0 <= self.temperature <= 5.0:
             raise ValueError(f"temperature must be between 0 and 5 (got {self.temperature}).")
         if not 0.0 < self.top_p <= 1.0:

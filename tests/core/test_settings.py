@@ -127,3 +127,16 @@ def test_save_replaces_atomically(tmp_path: Path) -> None:
     store.save(Settings(theme="light"))
     assert json.loads((tmp_path / SETTINGS_FILE).read_text())["theme"] == "light"
     assert sorted(p.name for p in tmp_path.iterdir()) == [SETTINGS_FILE]
+
+
+def test_stop_strings_round_trip_and_validation(tmp_path) -> None:
+    from core.settings import SamplingSettings, Settings, SettingsStore
+
+    store = SettingsStore(tmp_path)
+    settings = Settings(sampling=SamplingSettings(stop_strings=("\nUser:", "###", "")))
+    store.save(settings)
+    loaded = store.load()
+    assert loaded.problem is None
+    assert loaded.settings.sampling.stop_strings == ("\nUser:", "###")
+    with pytest.raises(ValueError, match="stop_strings"):
+        SamplingSettings(stop_strings=("ok", 3))  # type: ignore[arg-type]
