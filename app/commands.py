@@ -52,6 +52,9 @@ def load_from_args(args: argparse.Namespace, paths: AppPaths):
     from core.models.options import source_from_spec
     from core.settings import SettingsStore
 
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # our own progress line says the same, once
     settings = SettingsStore(paths.config_dir).load().settings
     source = source_from_spec(args.model) if args.model else settings.source
     options = replace(

@@ -117,8 +117,6 @@ def test_default_model_real_prompts_match_generate(default_loaded) -> None:
 
 
 def test_custom_generate_entry_point_matches_generate() -> None:
-    from transformers import TextIteratorStreamer
-
     model = make_model(tiny_llama_config(96), seed=5)
     prompt = torch.tensor([_repetitive_prompt(5)])
     reference = model.generate(prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32)
@@ -146,7 +144,6 @@ def test_custom_generate_entry_point_matches_generate() -> None:
     assert sum(streamer.puts[1:], []) == reference[0, prompt.shape[1]:].tolist()
     plain_tensor = model.generate(prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32, custom_generate=lookahead_generate)
     assert torch.equal(plain_tensor, reference)
-    del TextIteratorStreamer
 
 
 def test_custom_generate_honours_eos_list_and_stopping_criteria() -> None:
