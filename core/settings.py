@@ -28,7 +28,7 @@ class SamplingSettings:
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
-    repetition_penalty: float = 1.0
+    repetition_penalty: float = 1.1  # the default model loops on its own phrases without it
     max_new_tokens: int = 512
     seed: int | None = None
     stop_strings: tuple[str, ...] = ()
