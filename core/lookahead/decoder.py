@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -21,7 +21,13 @@ from core.lookahead.sampling import TokenPolicy, verify_with_policy
 from core.lookahead.stats import DecodeStats, StepTimer
 from core.lookahead.verify import verify_greedy
 from core.lookahead.window import JacobiWindow
-from core.progress import CancelToken
+
+
+class Cancellable(Protocol):
+    """Anything with a ``cancelled`` flag (core.progress.CancelToken); keeps this package free of core."""
+
+    @property
+    def cancelled(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,7 @@ class Decoding:
         max_new_tokens: int = 256,
         eos_token_ids: Collection[int] = (),
         pool: NGramPool | None = None,
-        cancel: CancelToken | None = None,
+        cancel: Cancellable | None = None,
         policy: TokenPolicy | None = None,
     ) -> None:
         if isinstance(prompt_ids, torch.Tensor):
@@ -92,20 +98,22 @@ class Decoding:
             span = len(self.prompt) + self.max_new_tokens + (self.config.ngram if self.config else 1)
             self._ids = torch.zeros(1, span, dtype=torch.long, device=self.device)
             self._ids[0, : len(self.prompt)] = torch.tensor(self.prompt, device=self.device)
-        with torch.inference_mode():
-            self._timer.start()
-            x = self._prefill()
-            yield from self._emit([x], self._timer.stop(), prefill=True)
-            while self.finish_reason is None:
-                if self.cancel is not None and self.cancel.cancelled:
-                    self.finish_reason = "cancelled"
-                    return
+        try:
+            with torch.inference_mode():
                 self._timer.start()
-                emitted = self._lookahead_step(x) if self.config else self._plain_step(x)
-                seconds = self._timer.stop()
-                x = emitted[-1]
-                yield from self._emit(emitted, seconds)
-        self._cache = None
+                x = self._prefill()
+                yield from self._emit([x], self._timer.stop(), prefill=True)
+                while self.finish_reason is None:
+                    if self.cancel is not None and self.cancel.cancelled:
+                        self.finish_reason = "cancelled"
+                        return
+                    self._timer.start()
+                    emitted = self._lookahead_step(x) if self.config else self._plain_step(x)
+                    seconds = self._timer.stop()
+                    x = emitted[-1]
+                    yield from self._emit(emitted, seconds)
+        finally:
+            self._cache = None  # also when cancelled or abandoned: the KV cache is the big allocation
 
     def _emit(self, emitted: list[int], seconds: float, *, prefill: bool = False) -> Iterator[Step]:
         room = self.max_new_tokens - len(self.tokens)

@@ -59,9 +59,8 @@ def lookahead_generate(
     do_sample = bool(generation_config.do_sample)
     policy = None
     if do_sample or logits_processor:
-        generator = torch.Generator(device=model.device)
-        generator.seed()
-        policy = TokenPolicy(logits_processor, do_sample, generator)
+        # generator None: torch's global RNG, so torch.manual_seed() makes runs repeatable, as with generate
+        policy = TokenPolicy(logits_processor, do_sample, generator=None)
     streamer = _caller_streamer(model)
     decoding = Decoding(model, input_ids[0], lookahead=config, max_new_tokens=max_new, eos_token_ids=eos_ids, policy=policy)
     sequence = torch.empty(1, prompt_len + max_new, dtype=torch.long, device=input_ids.device)

@@ -89,10 +89,16 @@ def test_seeded_sampling_is_reproducible(model) -> None:
 
 
 def test_generate_with_do_sample_uses_lookahead_sampling(model) -> None:
-    torch.manual_seed(0)
     prompt = torch.tensor([PROMPT])
-    out = model.generate(prompt, do_sample=True, temperature=0.8, top_k=5, max_new_tokens=20, min_new_tokens=20,
-                         custom_generate=lookahead_generate, lookahead=LookaheadConfig(3, 4, 4), return_dict_in_generate=True)
+
+    def sample(seed: int):
+        torch.manual_seed(seed)
+        return model.generate(prompt, do_sample=True, temperature=0.8, top_k=5, max_new_tokens=20, min_new_tokens=20,
+                              custom_generate=lookahead_generate, lookahead=LookaheadConfig(3, 4, 4),
+                              return_dict_in_generate=True)
+
+    out = sample(0)
     assert out.sequences.shape == (1, len(PROMPT) + 20)
     assert out.lookahead_stats.new_tokens == 20
     assert out.sequences[0, len(PROMPT):].max() < VOCAB
+    assert torch.equal(sample(0).sequences, out.sequences)  # torch.manual_seed governs it, as it does generate
