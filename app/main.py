@@ -32,12 +32,14 @@ def run_gui(paths: AppPaths) -> int:
     import qasync
     from PySide6.QtWidgets import QApplication
 
+    from app.gc_guard import GuiThreadCollector
     from app.main_window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName("Lookahead Chat")
     app.setDesktopFileName("lookahead-chat")
     window = MainWindow(paths)
+    collector = GuiThreadCollector(busy=lambda: window.chat.busy, parent=app)
     window.show()
 
     async def until_closed() -> None:
@@ -46,6 +48,7 @@ def run_gui(paths: AppPaths) -> int:
         await closed.wait()
 
     qasync.run(until_closed())
+    collector.stop()
     return leave(window)
 
 

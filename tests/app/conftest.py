@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +15,18 @@ from core.settings import SamplingSettings, Settings, SettingsStore
 
 LOAD_TIMEOUT_MS = 60_000
 ANSWER_TIMEOUT_MS = 60_000
+
+
+@pytest.fixture(autouse=True)
+def collect_qt_garbage_on_the_gui_thread() -> Iterator[None]:
+    """Collect each test's dead windows here, on the GUI thread.
+
+    Python's cyclic GC runs in whichever thread happens to allocate; left to chance, a later test's
+    model-worker thread can end up destroying an earlier test's widgets, and Qt crashes (seen once as
+    a segfault inside json.loads on the worker thread).
+    """
+    yield
+    gc.collect()
 
 
 def write_settings(paths: AppPaths, tiny_model_folder: Path, **changes) -> Settings:
