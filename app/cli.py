@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=0, help="prompts per suite (0: all)")
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--configs", default="auto", help="lookahead settings: 'auto' or W:N:G, comma-separated")
+    bench.add_argument("--prompt-pool", choices=("on", "off", "both"), default="on",
+                       help="seed the lookahead n-gram pool with the prompt (off: pool_from_prompt=False)")
     bench.add_argument("--no-peers", action="store_true", help="skip model.generate and prompt-lookup runs")
     bench.add_argument("--conversation-pool", action="store_true", help="also run lookahead with message-only and conversation pools")
     bench.add_argument("--out", default="bench-results", help="folder for the JSON file and the PNG chart")

@@ -107,18 +107,26 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    fixed: list[LookaheadConfig | None] = []  # None stands for 'auto', resolved once the model is loaded
+    for spec in (s.strip() for s in args.configs.split(",")):
+        try:
+            fixed.append(None if spec == "auto" else _parse_config(spec))
+        except ValueError as err:
+            print(f"error: bad --configs entry '{spec}': give 'auto' or W:N:G such as 7:5:7 ({err}).", file=sys.stderr)
+            return 1
     settings, loaded = load_from_args(args, paths)
     configs: list[tuple[str, LookaheadConfig]] = []
-    for spec in args.configs.split(","):
-        if spec.strip() == "auto":
+    for config in fixed:
+        if config is None:
             config = lookahead_for(replace(settings.lookahead, auto=True), loaded, paths)
             configs.append((f"lookahead auto ({config.label})", config))
         else:
-            w, n, g = (int(v) for v in spec.split(":"))
-            configs.append((f"lookahead {LookaheadConfig(w, n, g).label}", LookaheadConfig(w, n, g)))
+            configs.append((f"lookahead {config.label}", config))
     if args.overhead:
         return _overhead(loaded, suites, configs)
-    methods = standard_methods(configs, peers=not args.no_peers)
+    methods = standard_methods(configs if args.prompt_pool != "off" else [], peers=not args.no_peers)
+    if args.prompt_pool != "on":
+        methods += [Method(f"{name} no prompt pool", "loop", c, pool="none") for name, c in configs]
     if args.conversation_pool:
         methods += [Method(f"{name} message pool", "loop", c, pool="message") for name, c in configs]
         methods += [Method(f"{name} conversation pool", "loop", c, pool="conversation") for name, c in configs]
@@ -138,6 +146,17 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     _save_chart(rows, out / "bench.png")
     print(f"Wrote {out / 'bench.json'} and {out / 'bench.png'}.", file=sys.stderr)
     return 0
+
+
+def _parse_config(spec: str) -> LookaheadConfig:
+    """``W:N:G`` as a validated config."""
+    from core.lookahead.config import LookaheadConfig
+
+    parts = spec.split(":")
+    if len(parts) != 3:
+        raise ValueError("three numbers are needed")
+    window, ngram, guesses = (int(v) for v in parts)
+    return LookaheadConfig(window, ngram, guesses)
 
 
 def _overhead(loaded, suites, configs) -> int:

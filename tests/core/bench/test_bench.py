@@ -58,3 +58,22 @@ def test_bench_command_writes_table_json_and_png(tiny_model_folder, app_paths, t
     assert {row["method"] for row in data["summary"]} >= {"generate", "plain loop", "lookahead W3 N3 G3"}
     assert all(run["identical"] for run in data["runs"] if not run["method"].startswith("prompt"))
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_runs_without_prompt_pool(tiny_model_folder, app_paths, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path / "home"))
+    code = main(["bench", "--model", str(tiny_model_folder), "--dtype", "fp32", "--suites", "heldout-code", "--limit", "1",
+                 "--max-new-tokens", "8", "--configs", "3:3:3", "--prompt-pool", "both", "--no-peers",
+                 "--out", str(tmp_path / "out")])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "| heldout-code | lookahead W3 N3 G3 |" in printed
+    assert "| heldout-code | lookahead W3 N3 G3 no prompt pool |" in printed
+
+
+def test_bench_rejects_a_bad_config_before_loading(app_paths, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path / "home"))
+    assert main(["bench", "--model", str(tmp_path / "no-such-model"), "--configs", "7:1:7"]) == 1
+    assert "bad --configs entry '7:1:7'" in capsys.readouterr().err
+    assert main(["bench", "--model", str(tmp_path / "no-such-model"), "--configs", "7:5"]) == 1
+    assert "three numbers are needed" in capsys.readouterr().err
