@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from core.bench.suites import Suite
 from core.chat.answer import eos_token_ids
@@ -78,6 +79,7 @@ class BenchRunner:
         self.loaded = loaded
         self.max_new_tokens = max_new_tokens
         self.eos = eos_token_ids(loaded)
+        self._cancel = CancelToken()
 
     def warm_up(self, methods: Sequence[Method]) -> None:
         """Run each method once on a short prompt (first-call costs stay out of the timings)."""
@@ -92,7 +94,11 @@ class BenchRunner:
         progress: ProgressCallback = no_progress,
         cancel: CancelToken | None = None,
     ) -> list[RunResult]:
-        """Every method on every turn of every prompt; the method order rotates per prompt."""
+        """Every method on every turn of every prompt; the method order rotates per prompt.
+
+        ``cancel`` stops the run within one decoding step; the results finished so far are returned.
+        """
+        self._cancel = cancel or CancelToken()
         results: list[RunResult] = []
         total = sum(len(p.turns) for s in suites for p in s.prompts)
         done = 0
@@ -101,15 +107,17 @@ class BenchRunner:
                 messages = [Message("system", BENCH_SYSTEM_PROMPT)]
                 pools: dict[str, NGramPool] = {}
                 for turn, text in enumerate(prompt.turns):
-                    if cancel is not None and cancel.cancelled:
-                        return results
                     messages.append(Message("user", text))
                     ids = encode_messages(self.loaded.tokenizer, messages)
                     reference = self._generate(ids, self.max_new_tokens)[0]
                     shift = index % len(methods)
                     for method in [*methods[shift:], *methods[:shift]]:
+                        if self._cancel.cancelled:  # a run cut short by Stop is not a result
+                            return results
                         pool = self._pool_for(method, pools, text)
                         tokens, stats = self._run(method, ids, pool, self.max_new_tokens)
+                        if self._cancel.cancelled:
+                            return results
                         results.append(
                             RunResult(suite.name, index, turn, method.name, len(tokens), stats["steps"], stats["seconds"],
                                       stats["ttft"], tokens == reference, stats["step_seconds"], stats["step_tokens"])
@@ -140,7 +148,8 @@ class BenchRunner:
         config = method.lookahead
         if config is not None and method.pool != "prompt":
             config = LookaheadConfig(config.window, config.ngram, config.guesses, pool_from_prompt=method.pool == "conversation", seed=config.seed)
-        decoding = Decoding(self.loaded.model, ids, lookahead=config, max_new_tokens=max_new, eos_token_ids=self.eos, pool=pool)
+        decoding = Decoding(self.loaded.model, ids, lookahead=config, max_new_tokens=max_new, eos_token_ids=self.eos,
+                            pool=pool, cancel=self._cancel)
         for _ in decoding:
             pass
         s = decoding.stats
@@ -158,10 +167,21 @@ class BenchRunner:
         start = time.perf_counter()
         out = model.generate(
             input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new, do_sample=False,
-            eos_token_id=self.eos, pad_token_id=self.eos[0] if self.eos else None, **extra,
+            eos_token_id=self.eos, pad_token_id=self.eos[0] if self.eos else None,
+            stopping_criteria=StoppingCriteriaList([_Cancelled(self._cancel)]), **extra,
         )
         device_sync(self.loaded.device)
         return out[0, len(ids):].tolist(), time.perf_counter() - start
+
+
+class _Cancelled(StoppingCriteria):
+    """Stops ``model.generate`` at the next token once the run is cancelled."""
+
+    def __init__(self, cancel: CancelToken) -> None:
+        self.cancel = cancel
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), self.cancel.cancelled, dtype=torch.bool, device=input_ids.device)
 
 
 def _uniform_stats(tokens: list[int], seconds: float) -> dict[str, Any]:

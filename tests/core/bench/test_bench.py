@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from app.cli import main
 from core.bench.report import markdown_table, summarize
 from core.bench.runner import BenchRunner, Method, standard_methods
 from core.bench.suites import DEFAULT_SUITES, available_suites, load_suite
 from core.lookahead import LookaheadConfig
+from core.progress import CancelToken
 
 
 def test_shipped_suites_have_enough_prompts() -> None:
@@ -77,3 +80,24 @@ def test_bench_rejects_a_bad_config_before_loading(app_paths, tmp_path, capsys, 
     assert "bad --configs entry '7:1:7'" in capsys.readouterr().err
     assert main(["bench", "--model", str(tmp_path / "no-such-model"), "--configs", "7:5"]) == 1
     assert "three numbers are needed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stop_at", [20, 100])  # inside generate's reference answer; inside the plain loop
+def test_runner_stops_within_one_step_when_cancelled(tiny_loaded, stop_at: int) -> None:
+    cancel = CancelToken()
+    forwards = 0
+
+    def count_and_cancel(module, args) -> None:
+        nonlocal forwards
+        forwards += 1
+        if forwards == stop_at:
+            cancel.cancel()
+
+    methods = standard_methods([("lookahead W3 N3 G3", LookaheadConfig(3, 3, 3))], peers=False)
+    hook = tiny_loaded.model.register_forward_pre_hook(count_and_cancel)
+    try:
+        results = BenchRunner(tiny_loaded, max_new_tokens=64).run([load_suite("chat", 3)], methods, cancel=cancel)
+    finally:
+        hook.remove()
+    assert forwards == stop_at  # the step that saw Stop was the last one
+    assert results == []  # the answer cut short is not reported as a result
