@@ -310,6 +310,7 @@ class MainWindow(QMainWindow):
             return
         answer = QMessageBox.question(self, "Delete chat", f"Delete “{conv.title}” and all its messages? This cannot be undone.")
         if answer == QMessageBox.StandardButton.Yes and self.chat.delete(conversation_id):
+            self.compare_page.store.delete_conversation(str(conversation_id))
             self.refresh_conversations()
 
     def export_conversation(self, conversation_id: int, kind: str) -> None:

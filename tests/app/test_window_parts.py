@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QInputDialog, QLabel, QMessageBox
 from app.chat_view import ChatView
 from app.composer import Composer
 from app.settings_dialog import SettingsDialog
+from core.compare.record import Comparison
 from core.models.options import ModelSource
 from core.settings import Settings
 
@@ -39,10 +40,16 @@ def test_new_rename_search_and_delete_conversations(tiny_settings, open_window, 
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.No)
     window.delete_conversation(second)
     assert len(window.history.ids()) == 2
+    comparisons = window.compare_page.store
+    for conversation in (first, second):
+        comparisons.save(Comparison(id=f"c{conversation}", created="2026-11-30T07:00:00", prompt="Binary search",
+                                    system_prompt="", model="tiny", device="CPU", dtype="float32", lookahead="W3 N3 G3",
+                                    max_new_tokens=8, repeats=1, conversation_id=str(conversation)))
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     window.delete_conversation(second)
     assert window.history.ids() == [first]
     assert window.chat.current_id is None
+    assert comparisons.list(str(second)) == [] and len(comparisons.list(str(first))) == 1
 
 
 def test_export_markdown_and_json(tiny_settings, open_window, ui, tmp_path) -> None:
