@@ -18,6 +18,7 @@ from core.lookahead.config import LookaheadConfig
 from core.lookahead.layout import step_layout
 from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import TokenPolicy, verify_with_policy
+from core.lookahead.sliding import sliding_window_of, step_masks
 from core.lookahead.stats import DecodeStats, StepTimer
 from core.lookahead.verify import verify_greedy
 from core.lookahead.window import JacobiWindow
@@ -89,11 +90,13 @@ class Decoding:
                 self.pool.add_sequence(self.prompt)
             self._window = JacobiWindow(lookahead.window, lookahead.ngram, self.prompt, self.eos, lookahead.seed)
             self._mask_dtype = model.get_input_embeddings().weight.dtype
+            self._sliding = sliding_window_of(model.config)
 
     def __iter__(self) -> Iterator[Step]:
         from transformers import DynamicCache
 
-        self._cache = DynamicCache(config=self.model.config)
+        # Lookahead moves cache entries by index, so it needs full-attention layers; its mask applies any sliding window.
+        self._cache = DynamicCache() if self.config else DynamicCache(config=self.model.config)
         if self.policy is not None:
             span = len(self.prompt) + self.max_new_tokens + (self.config.ngram if self.config else 1)
             self._ids = torch.zeros(1, span, dtype=torch.long, device=self.device)
@@ -137,7 +140,10 @@ class Decoding:
         """Tokens in the KV cache; x (the last emitted token) is never cached yet."""
         return len(self.prompt) + len(self.tokens) - 1
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def _forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor,
+        mask: torch.Tensor | dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         out = self.model(
             input_ids=ids[None],
             position_ids=positions[None],
@@ -186,7 +192,8 @@ class Decoding:
             flat.extend(candidate)
         ids = torch.tensor(flat, device=self.device)
         mask = torch.cat([layout.mask_block.new_zeros(layout.size, past), layout.mask_block], dim=1)
-        logits = self._forward(ids, layout.position_offsets + past, layout.keep_rows, mask[None, None])
+        positions = layout.position_offsets + past
+        logits = self._forward(ids, positions, layout.keep_rows, step_masks(mask, positions, past, self._sliding))
         predictions = logits.argmax(dim=-1).tolist()
         new_row = predictions[1 : 1 + cfg.window]
         if self.policy is None:

@@ -174,3 +174,37 @@ def test_repetition_penalty_greedy_matches_generate() -> None:
     out = model.generate(prompt, max_new_tokens=40, do_sample=False, repetition_penalty=1.3, min_new_tokens=40,
                          custom_generate=lookahead_generate, lookahead=LookaheadConfig(5, 4, 5))
     assert torch.equal(out, reference)
+
+
+def _sliding(kind: str, window: int, seed: int):
+    from transformers import MistralConfig, Qwen2Config
+
+    common = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, sliding_window=window)
+    if kind == "mistral":  # every layer slides
+        return make_model(MistralConfig(**common), seed=seed)
+    return make_model(Qwen2Config(**common, use_sliding_window=True, max_window_layers=1), seed=seed)  # layer 1 only
+
+
+@pytest.mark.parametrize("kind", ["mistral", "qwen2-mixed"])
+@pytest.mark.parametrize("window", [6, 16])  # 6 is narrower than one lookahead step's span
+@pytest.mark.parametrize("seed", range(2))
+def test_lookahead_is_exact_past_a_sliding_attention_window(kind: str, window: int, seed: int) -> None:
+    """The reference re-reads the whole sequence without a cache, under the model's own sliding mask.
+
+    (transformers' ``generate`` parts from that definition with a 6-token window on Mistral; with 16 it agrees.)
+    """
+    model = _sliding(kind, window, seed)
+    prompt = _repetitive_prompt(seed)  # 40 tokens: already past the window
+    sequence = list(prompt)
+    with torch.inference_mode():
+        for _ in range(48):
+            sequence.append(int(model(torch.tensor([sequence]), use_cache=False).logits[0, -1].argmax()))
+    reference = sequence[len(prompt):]
+    plain = Decoding(model, prompt, max_new_tokens=48)
+    list(plain)
+    assert plain.tokens == reference
+    for config in CONFIGS[:3]:
+        decoding = Decoding(model, prompt, lookahead=config, max_new_tokens=48)
+        list(decoding)
+        assert decoding.tokens == reference, f"{kind} window {window} seed {seed} {config.label}"
