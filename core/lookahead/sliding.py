@@ -42,7 +42,7 @@ def step_masks(mask: torch.Tensor, positions: torch.Tensor, past: int, window: S
     ``positions`` are the step tokens' positions; the cache holds positions ``0 .. past-1``.
     """
     full = mask[None, None]
-    if window is None or int(positions.max()) - window.size < 0:
+    if window is None or past + len(positions) <= window.size:  # every key is inside the window (no device sync)
         return full
     keys = torch.cat([torch.arange(past, device=positions.device), positions])
     outside = keys[None, :] <= positions[:, None] - window.size
