@@ -10,10 +10,13 @@ class LookaheadConfig:
     """Parameters of lookahead decoding (Fu et al., ICML 2024).
 
     Attributes:
-        window: W, the number of Jacobi columns guessed in parallel.
+        window: W, the number of Jacobi columns guessed in parallel; 0 for verification only (no
+            lookahead branch: candidates come from the prompt, the answer so far and the conversation).
         ngram: N, the n-gram size; a step emits at most N tokens.
         guesses: G, the most n-gram candidates verified per step (and kept per pool key).
         pool_from_prompt: seed the n-gram pool with the prompt's own n-grams.
+        pool_from_output: add the answer's own n-grams to the pool as they are emitted (with both
+            pool options off, candidates come from the Jacobi window alone).
         seed: seeds the random prompt tokens that fill the initial window.
     """
 
@@ -22,10 +25,13 @@ class LookaheadConfig:
     guesses: int = 7
     pool_from_prompt: bool = True
     seed: int = 0
+    pool_from_output: bool = True
 
     def __post_init__(self) -> None:
-        if self.window < 1:
-            raise ValueError(f"Lookahead window W must be at least 1 (got {self.window}).")
+        if self.window < 0:
+            raise ValueError(f"Lookahead window W must be 0 (verification only) or more (got {self.window}).")
+        if self.window == 0 and self.guesses < 1:
+            raise ValueError("Verification only (W=0) needs at least one guess: G must be 1 or more.")
         if self.ngram < 2:
             raise ValueError(f"Lookahead n-gram size N must be at least 2 (got {self.ngram}).")
         if self.guesses < 0:
@@ -36,3 +42,8 @@ class LookaheadConfig:
     @property
     def label(self) -> str:
         return f"W{self.window} N{self.ngram} G{self.guesses}"
+
+    @property
+    def max_step_tokens(self) -> int:
+        """The most tokens one step feeds: x, the lookahead levels and G candidates of N-1 tokens."""
+        return max(1, self.window * (self.ngram - 1)) + self.guesses * (self.ngram - 1)

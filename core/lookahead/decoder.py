@@ -3,7 +3,9 @@
 ``Decoding`` is an iterator of steps; each step is one forward pass. Consumers stop early by
 cancelling the token (checked between steps) or by simply not iterating further. Greedy argmax
 is the fast path; a :class:`~core.lookahead.sampling.TokenPolicy` adds logits processors
-(repetition penalty, ...) and sampling, for plain and lookahead alike.
+(repetition penalty, ...) and sampling, for plain and lookahead alike. A :class:`StepChooser`
+picks each step's setting (plain, verification only, or a lookahead W, N, G) and learns from what
+it measured: every setting is exact, so switching between steps never changes the output.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from typing import Any, Protocol
 import torch
 
 from core.lookahead.config import LookaheadConfig
-from core.lookahead.layout import step_layout
+from core.lookahead.layout import StepLayout, step_layout
 from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import TokenPolicy, verify_with_policy
 from core.lookahead.sliding import sliding_window_of, step_masks
 from core.lookahead.stats import DecodeStats, StepTimer
+from core.lookahead.tree import build_tree
 from core.lookahead.verify import verify_greedy
 from core.lookahead.window import JacobiWindow
 
@@ -31,6 +34,19 @@ class Cancellable(Protocol):
     def cancelled(self) -> bool: ...
 
 
+class StepChooser(Protocol):
+    """Chooses the setting of each step and learns from the steps run (core.lookahead.auto.AutoChooser)."""
+
+    @property
+    def settings(self) -> Sequence[LookaheadConfig | None]:
+        """Every setting it may choose; ``None`` is a plain step."""
+        ...
+
+    def choose(self) -> LookaheadConfig | None: ...
+
+    def observe(self, setting: LookaheadConfig | None, tokens: int, seconds: float, fed: int) -> None: ...
+
+
 @dataclass(frozen=True)
 class Step:
     """What one forward pass produced."""
@@ -39,13 +55,19 @@ class Step:
     seconds: float
 
 
+def setting_label(setting: LookaheadConfig | None) -> str:
+    """How a step's setting is named in statistics: ``plain`` or ``W7 N5 G7``."""
+    return setting.label if setting is not None else "plain"
+
+
 class Decoding:
-    """One generation, plain or lookahead, as an iterator of :class:`Step`.
+    """One generation, plain, lookahead or chosen step by step, as an iterator of :class:`Step`.
 
     Args:
         model: a transformers causal LM (batch size 1).
-        prompt_ids: the prompt's token ids.
+        prompt_ids: the prompt's token ids (a 1-row tensor is accepted).
         lookahead: lookahead parameters, or ``None`` for plain decoding.
+        chooser: chooses each step's setting instead (``lookahead`` must then be ``None``).
         max_new_tokens: the most tokens to generate.
         eos_token_ids: tokens that end the answer (emitted, then generation stops).
         pool: an n-gram pool to use and grow (e.g. a conversation's); a fresh one if ``None``.
@@ -59,6 +81,7 @@ class Decoding:
         prompt_ids: Sequence[int] | torch.Tensor,
         *,
         lookahead: LookaheadConfig | None = None,
+        chooser: StepChooser | None = None,
         max_new_tokens: int = 256,
         eos_token_ids: Collection[int] = (),
         pool: NGramPool | None = None,
@@ -66,14 +89,19 @@ class Decoding:
         policy: TokenPolicy | None = None,
     ) -> None:
         if isinstance(prompt_ids, torch.Tensor):
+            if prompt_ids.dim() > 1 and prompt_ids.shape[0] != 1:
+                raise ValueError(f"Decoding takes one sequence at a time (got a batch of {prompt_ids.shape[0]}).")
             prompt_ids = prompt_ids.reshape(-1).tolist()
         if not prompt_ids:
             raise ValueError("The prompt is empty: give at least one token.")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1 (got {max_new_tokens}).")
+        if lookahead is not None and chooser is not None:
+            raise ValueError("Give either fixed lookahead settings or a step chooser, not both.")
         self.model = model
         self.prompt = list(prompt_ids)
         self.config = lookahead
+        self.chooser = chooser
         self.max_new_tokens = max_new_tokens
         self.eos = frozenset(eos_token_ids)
         self.cancel = cancel
@@ -81,14 +109,22 @@ class Decoding:
         self.device = model.device
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
-        self.stats = DecodeStats(mode="lookahead" if lookahead else "plain", prompt_tokens=len(self.prompt))
+        mode = "auto" if chooser is not None else "lookahead" if lookahead else "plain"
+        self.stats = DecodeStats(mode=mode, prompt_tokens=len(self.prompt))
         self._timer = StepTimer(self.device)
         self._cache: Any = None
-        if lookahead is not None:
-            self.pool = pool if pool is not None else NGramPool(lookahead.ngram, lookahead.guesses)
-            if lookahead.pool_from_prompt:
+        self._mask: torch.Tensor | None = None
+        self._windows: dict[tuple[int, int], JacobiWindow] = {}
+        settings = [s for s in (chooser.settings if chooser else [lookahead]) if s is not None]
+        self.pool: NGramPool | None = None
+        if settings:
+            _check_attention(model)
+            self.pool = pool if pool is not None else NGramPool(max(s.ngram for s in settings), max(s.guesses for s in settings))
+            if settings[0].pool_from_prompt:
                 self.pool.add_sequence(self.prompt)
-            self._window = JacobiWindow(lookahead.window, lookahead.ngram, self.prompt, self.eos, lookahead.seed)
+            self._seed = settings[0].seed
+            self._pool_from_output = settings[0].pool_from_output
+            self._max_step = max(s.max_step_tokens for s in settings)
             self._mask_dtype = model.get_input_embeddings().weight.dtype
             self._sliding = sliding_window_of(model.config)
 
@@ -96,29 +132,36 @@ class Decoding:
         from transformers import DynamicCache
 
         # Lookahead moves cache entries by index, so it needs full-attention layers; its mask applies any sliding window.
-        self._cache = DynamicCache() if self.config else DynamicCache(config=self.model.config)
+        self._cache = DynamicCache() if self.pool is not None else DynamicCache(config=self.model.config)
         if self.policy is not None:
-            span = len(self.prompt) + self.max_new_tokens + (self.config.ngram if self.config else 1)
+            span = len(self.prompt) + self.max_new_tokens + (self._max_step if self.pool is not None else 1)
             self._ids = torch.zeros(1, span, dtype=torch.long, device=self.device)
             self._ids[0, : len(self.prompt)] = torch.tensor(self.prompt, device=self.device)
         try:
             with torch.inference_mode():
                 self._timer.start()
                 x = self._prefill()
-                yield from self._emit([x], self._timer.stop(), prefill=True)
+                yield from self._emit([x], self._timer.stop(), None, prefill=True)
                 while self.finish_reason is None:
                     if self.cancel is not None and self.cancel.cancelled:
                         self.finish_reason = "cancelled"
                         return
+                    setting = self.chooser.choose() if self.chooser is not None else self.config
+                    fed_before = self.stats.fed_tokens
                     self._timer.start()
-                    emitted = self._lookahead_step(x) if self.config else self._plain_step(x)
+                    emitted = self._lookahead_step(x, setting) if setting is not None else self._plain_step(x)
                     seconds = self._timer.stop()
+                    if self.chooser is not None:
+                        self.chooser.observe(setting, len(emitted), seconds, self.stats.fed_tokens - fed_before)
+                    if self.pool is not None and self._pool_from_output:
+                        self._add_output_ngrams(emitted)
                     x = emitted[-1]
-                    yield from self._emit(emitted, seconds)
+                    yield from self._emit(emitted, seconds, setting)
         finally:
             self._cache = None  # also when cancelled or abandoned: the KV cache is the big allocation
+            self._mask = None
 
-    def _emit(self, emitted: list[int], seconds: float, *, prefill: bool = False) -> Iterator[Step]:
+    def _emit(self, emitted: list[int], seconds: float, setting: LookaheadConfig | None, *, prefill: bool = False) -> Iterator[Step]:
         room = self.max_new_tokens - len(self.tokens)
         kept: list[int] = []
         for token in emitted[:room]:
@@ -132,7 +175,7 @@ class Decoding:
         self.tokens.extend(kept)
         if self.finish_reason is None and len(self.tokens) >= self.max_new_tokens:
             self.finish_reason = "length"
-        self.stats.record(len(kept), seconds, prefill=prefill)
+        self.stats.record(len(kept), seconds, prefill=prefill, setting=None if prefill else setting_label(setting))
         yield Step(kept, seconds)
 
     @property
@@ -179,43 +222,72 @@ class Decoding:
         self.stats.fed_tokens += 1
         return [self._choose(self._forward(ids, positions, 1)[-1])]
 
-    def _lookahead_step(self, x: int) -> list[int]:
-        assert self.config is not None
-        cfg, window = self.config, self._window
-        cand_len = cfg.ngram - 1
-        candidates = self.pool.candidates(x, cfg.guesses)
-        layout = step_layout(cfg.window, cand_len, len(window.levels), len(candidates), self._mask_dtype, self.device)
+    def _lookahead_step(self, x: int, cfg: LookaheadConfig) -> list[int]:
+        assert self.pool is not None
+        candidates = self.pool.candidates(x, cfg.guesses, cfg.ngram - 1)
+        if not candidates and not cfg.window:  # nothing to verify: a plain step is the same step, cheaper
+            return self._plain_step(x)
+        tree = build_tree(candidates)
+        window = self._window(cfg) if cfg.window else None
+        layout = step_layout(cfg.window, len(window.levels) if window else 0, tree.parents, self._mask_dtype, self.device)
         past = self._past
         self.stats.fed_tokens += layout.size
-        flat = window.rows(x)
-        for candidate in candidates:
-            flat.extend(candidate)
+        flat = window.rows(x) if window else [x]
+        flat.extend(tree.tokens)
         ids = torch.tensor(flat, device=self.device)
-        mask = torch.cat([layout.mask_block.new_zeros(layout.size, past), layout.mask_block], dim=1)
         positions = layout.position_offsets + past
-        logits = self._forward(ids, positions, layout.keep_rows, step_masks(mask, positions, past, self._sliding))
+        mask = self._step_mask(layout, past)
+        try:
+            logits = self._forward(ids, positions, layout.keep_rows, step_masks(mask, positions, past, self._sliding))
+        finally:
+            mask[:, past:].zero_()  # the buffer is all zeros (attend) outside the current step block
         predictions = logits.argmax(dim=-1).tolist()
-        new_row = predictions[1 : 1 + cfg.window]
+
+        def row(c: int, m: int) -> int:
+            """The kept logits row after candidate c's tokens 0..m."""
+            return layout.tree_row + tree.paths[c][m]
+
         if self.policy is None:
-            chains = [predictions[1 + cfg.window + c * cand_len : 1 + cfg.window + (c + 1) * cand_len] for c in range(len(candidates))]
-            best, accepted, emitted = verify_greedy(predictions[0], candidates, chains)
+            best, accepted, emitted = verify_greedy(predictions[0], candidates, lambda c, m: predictions[row(c, m)])
         else:
             policy = self.policy
 
             def row_scores(c: int, depth: int, tokens: int) -> torch.Tensor:
-                row = 0 if c < 0 else 1 + cfg.window + c * cand_len + depth
-                return policy.scores(self._prefix(candidates[c][:tokens] if c >= 0 else ()), logits[row])
+                index = 0 if c < 0 else row(c, depth)
+                return policy.scores(self._prefix(candidates[c][:tokens] if c >= 0 else ()), logits[index])
 
             best, accepted, emitted = verify_with_policy(candidates, row_scores, policy, self.device)
-        self._compact_cache(past, layout.size, layout.candidate_start + best * cand_len, accepted)
-        window.update(x, new_row, self.pool)
-        self._add_output_ngrams(emitted)
+        sources = [layout.tree_start + node for node in tree.paths[best][:accepted]] if accepted else []
+        self._compact_cache(past, layout.size, sources)
+        if window is not None:
+            window.update(x, predictions[1 : 1 + cfg.window], self.pool)
         return emitted
 
-    def _compact_cache(self, past: int, step_size: int, accepted_start: int, accepted: int) -> None:
-        """Keep x and the accepted candidate tokens (moved right after x); drop the rest of the step."""
-        if accepted:
-            src = torch.arange(past + accepted_start, past + accepted_start + accepted, device=self.device)
+    def _window(self, cfg: LookaheadConfig) -> JacobiWindow:
+        """The Jacobi window of a (W, N); kept while other settings run, since any guesses stay valid."""
+        key = (cfg.window, cfg.ngram)
+        if key not in self._windows:
+            self._windows[key] = JacobiWindow(cfg.window, cfg.ngram, self.prompt, self.eos, self._seed)
+        return self._windows[key]
+
+    def _step_mask(self, layout: StepLayout, past: int) -> torch.Tensor:
+        """``[size, past+size]`` additive mask: a view of one buffer, allocated once per generation.
+
+        The cache is visible to every step token; only the step's own block is written.
+        """
+        rows, cols = layout.size, past + layout.size
+        if self._mask is None or self._mask.shape[0] < rows or self._mask.shape[1] < cols:
+            span = max(cols, len(self.prompt) + self.max_new_tokens + self._max_step)
+            self._mask = torch.zeros(max(rows, self._max_step), span, dtype=self._mask_dtype, device=self.device)
+        view = self._mask[:rows, :cols]
+        view[:, past:] = layout.mask_block
+        return view
+
+    def _compact_cache(self, past: int, step_size: int, sources: list[int]) -> None:
+        """Keep x and the accepted tree tokens (moved right after x, in order); drop the rest of the step."""
+        accepted = len(sources)
+        if sources and sources != list(range(1, 1 + accepted)):  # not already in place
+            src = torch.tensor([past + s for s in sources], device=self.device)
             for layer in self._cache.layers:
                 layer.keys[:, :, past + 1 : past + 1 + accepted] = layer.keys[:, :, src]
                 layer.values[:, :, past + 1 : past + 1 + accepted] = layer.values[:, :, src]
@@ -223,8 +295,19 @@ class Decoding:
 
     def _add_output_ngrams(self, emitted: list[int]) -> None:
         """Index the n-grams that end in the tokens just emitted: answers often repeat themselves."""
+        assert self.pool is not None
         n = self.pool.ngram
         before = self.tokens if len(self.tokens) >= n - 1 else self.prompt + self.tokens
         tail = before[len(before) - (n - 1) :] + emitted
         for i in range(len(tail) - n + 1):
             self.pool.add(tail[i : i + n])
+
+
+def _check_attention(model: Any) -> None:
+    """Lookahead passes its own 4D mask, which flash-attention kernels cannot take: say so clearly."""
+    implementation = getattr(model.config, "_attn_implementation", None) or ""
+    if "flash" in implementation:
+        raise ValueError(
+            f"This model uses attn_implementation={implementation!r}, which cannot take lookahead's tree "
+            "attention mask. Load it with attn_implementation='sdpa' (or 'eager')."
+        )

@@ -18,9 +18,6 @@ class NGramPool:
         self.max_keys = max_keys
         self._pool: OrderedDict[int, OrderedDict[tuple[int, ...], None]] = OrderedDict()
 
-    def __len__(self) -> int:
-        return sum(len(v) for v in self._pool.values())
-
     def add(self, gram: Sequence[int]) -> None:
         """Insert one n-gram (length ``ngram``), refreshing it if already present."""
         if self.per_key == 0:
@@ -46,10 +43,18 @@ class NGramPool:
         for i in range(len(seq) - self.ngram + 1):
             self.add(seq[i : i + self.ngram])
 
-    def candidates(self, key: int, limit: int) -> list[tuple[int, ...]]:
-        """Up to ``limit`` continuations stored under ``key``, newest first."""
+    def candidates(self, key: int, limit: int, length: int | None = None) -> list[tuple[int, ...]]:
+        """Up to ``limit`` distinct continuations stored under ``key``, newest first.
+
+        ``length`` cuts each continuation to its first ``length`` tokens (a setting with a smaller N
+        than the pool's); cut continuations that coincide count once.
+        """
         entries = self._pool.get(key)
-        if not entries:
+        if not entries or limit <= 0:
             return []
-        found = list(reversed(entries))
-        return found[:limit]
+        found: dict[tuple[int, ...], None] = {}
+        for continuation in reversed(entries):
+            found[continuation[:length] if length is not None else continuation] = None
+            if len(found) == limit:
+                break
+        return list(found)

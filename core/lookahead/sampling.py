@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from core.lookahead.verify import verify_greedy
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -126,10 +128,11 @@ def verify_with_policy(
     probs = torch.softmax(row_scores(-1, 0, 0), dim=-1)
     active = list(range(len(candidates)))
     best, emitted = -1, []
-    depth_limit = len(candidates[0]) if candidates else 0
+    depth_limit = max((len(c) for c in candidates), default=0)
     for depth in range(depth_limit):
         tried: set[int] = set()
         taken: int | None = None
+        active = [c for c in active if len(candidates[c]) > depth]
         for c in active:
             token = candidates[c][depth]
             if token in tried:
@@ -151,6 +154,7 @@ def verify_with_policy(
 
 
 def _verify_processed_greedy(candidates: Sequence[Sequence[int]], row_scores: RowScores) -> tuple[int, int, list[int]]:
+    """:func:`verify_greedy` on processed scores; each distinct prefix's row is processed once."""
     memo: dict[tuple[int, ...], int] = {}
 
     def target(c: int, depth: int, tokens: int) -> int:
@@ -159,13 +163,4 @@ def _verify_processed_greedy(candidates: Sequence[Sequence[int]], row_scores: Ro
             memo[key] = int(row_scores(c, depth, tokens).argmax())
         return memo[key]
 
-    first = target(-1, 0, 0)
-    best, accepted, emitted = -1, 0, [first]
-    for c, candidate in enumerate(candidates):
-        goal, k = first, 0
-        while k < len(candidate) and candidate[k] == goal:
-            goal = target(c, k, k + 1)
-            k += 1
-        if k > accepted:
-            best, accepted, emitted = c, k, [*candidate[:k], goal]
-    return best, accepted, emitted
+    return verify_greedy(target(-1, 0, 0), candidates, lambda c, m: target(c, m, m + 1))

@@ -34,8 +34,11 @@ class DecodeStats:
     accepted_histogram: Counter[int] = field(default_factory=Counter)
     prefill_seconds: float = 0.0
     fed_tokens: int = 0  # tokens fed to the model by the steps after the prefill
+    setting_steps: Counter[str] = field(default_factory=Counter)  # steps after the prefill, by setting
+    setting_tokens: Counter[str] = field(default_factory=Counter)  # tokens those steps emitted
 
-    def record(self, tokens: int, seconds: float, *, prefill: bool = False) -> None:
+    def record(self, tokens: int, seconds: float, *, prefill: bool = False, setting: str | None = None) -> None:
+        """Count one step; ``setting`` names what ran (``plain``, ``W7 N5 G7``, ...)."""
         self.steps += 1
         self.new_tokens += tokens
         self.step_seconds.append(seconds)
@@ -44,15 +47,13 @@ class DecodeStats:
             self.prefill_seconds = seconds
         else:
             self.accepted_histogram[tokens] += 1
+        if setting is not None:
+            self.setting_steps[setting] += 1
+            self.setting_tokens[setting] += tokens
 
     @property
     def total_seconds(self) -> float:
         return sum(self.step_seconds)
-
-    @property
-    def decode_seconds(self) -> float:
-        """Time after the first token."""
-        return self.total_seconds - self.prefill_seconds
 
     @property
     def mean_step_size(self) -> float:
@@ -86,7 +87,13 @@ class DecodeStats:
             "step_seconds": list(self.step_seconds),
             "step_tokens": list(self.step_tokens),
             "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_histogram.items())},
+            "settings": {name: {"steps": self.setting_steps[name], "tokens": self.setting_tokens[name]} for name in self.setting_steps},
         }
+
+    @property
+    def settings_summary(self) -> str:
+        """Which settings ran and for how many tokens, most tokens first: ``W5 N4 G5 180, plain 20``."""
+        return ", ".join(f"{name} {count}" for name, count in self.setting_tokens.most_common())
 
 
 class StepTimer:

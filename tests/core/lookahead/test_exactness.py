@@ -14,6 +14,8 @@ CONFIGS = [
     LookaheadConfig(window=1, ngram=2, guesses=1),
     LookaheadConfig(window=5, ngram=2, guesses=8),
     LookaheadConfig(window=3, ngram=6, guesses=0),
+    LookaheadConfig(window=0, ngram=4, guesses=3),  # verification only
+    LookaheadConfig(window=0, ngram=2, guesses=1, pool_from_prompt=False),
 ]
 
 

@@ -1,0 +1,95 @@
+"""The decoder's own behaviour: the Jacobi branch alone, switching settings mid-answer, the mask
+buffer, and clear errors for what it cannot do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.chat.answer import eos_token_ids
+from core.chat.prompt import Message, encode_messages
+from core.lookahead import Decoding, LookaheadConfig
+from tests.conftest import make_model, tiny_llama_config
+
+
+def test_jacobi_branch_alone_gives_more_than_one_token_per_step(default_loaded) -> None:
+    """With the prompt and answer pools off, every candidate comes from the Jacobi window: a broken
+    lookahead mask or window shift leaves exactness intact but drops this to about 1."""
+    ids = encode_messages(default_loaded.tokenizer, [Message("user", "Count from 1 to 40, separated by commas.")])
+    config = LookaheadConfig(5, 4, 5, pool_from_prompt=False, pool_from_output=False)
+    look = Decoding(default_loaded.model, ids, lookahead=config, max_new_tokens=48, eos_token_ids=eos_token_ids(default_loaded))
+    plain = Decoding(default_loaded.model, ids, max_new_tokens=48, eos_token_ids=eos_token_ids(default_loaded))
+    list(look), list(plain)
+    assert look.tokens == plain.tokens
+    assert look.stats.tokens_per_step > 1.8, look.stats.accepted_histogram
+
+
+class Alternating:
+    """A step chooser that cycles through settings: switching every step must keep the output exact."""
+
+    def __init__(self, settings: list[LookaheadConfig | None]) -> None:
+        self.settings = settings
+        self.seen: list[tuple[str, int, int]] = []
+        self._i = -1
+
+    def choose(self) -> LookaheadConfig | None:
+        self._i += 1
+        return self.settings[self._i % len(self.settings)]
+
+    def observe(self, setting: LookaheadConfig | None, tokens: int, seconds: float, fed: int) -> None:
+        self.seen.append((setting.label if setting else "plain", tokens, fed))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_switching_settings_every_step_keeps_greedy_output_exact(seed: int) -> None:
+    model = make_model(tiny_llama_config(96), seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    head = torch.randint(3, 96, (16,), generator=g).tolist()
+    prompt = head + head
+    reference = model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False, min_new_tokens=40)[0, len(prompt):].tolist()
+    chooser = Alternating([LookaheadConfig(3, 4, 3), None, LookaheadConfig(0, 5, 3), LookaheadConfig(5, 3, 5), LookaheadConfig(0, 2, 1)])
+    decoding = Decoding(model, prompt, chooser=chooser, max_new_tokens=40)
+    list(decoding)
+    assert decoding.tokens == reference
+    assert {label for label, _, _ in chooser.seen} == {"W3 N4 G3", "plain", "W0 N5 G3", "W5 N3 G5", "W0 N2 G1"}
+    assert all(fed == 1 for label, _, fed in chooser.seen if label == "plain")
+    assert sum(decoding.stats.setting_tokens.values()) == len(decoding.tokens) - 1  # all but the prefill's token
+    assert decoding.stats.mode == "auto"
+
+
+def test_step_mask_is_one_buffer_reused_across_steps() -> None:
+    model = make_model(tiny_llama_config(96), seed=3)
+    pointers: set[int] = set()
+
+    def record(module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.dim() == 4:
+            pointers.add(mask.untyped_storage().data_ptr())
+
+    handle = model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        decoding = Decoding(model, list(range(3, 40)), lookahead=LookaheadConfig(4, 4, 4), max_new_tokens=30)
+        list(decoding)
+    finally:
+        handle.remove()
+    assert decoding.stats.steps > 5 and len(pointers) == 1
+
+
+def test_a_batch_of_several_sequences_is_refused_clearly() -> None:
+    model = make_model(tiny_llama_config(96), seed=0)
+    with pytest.raises(ValueError, match="one sequence at a time"):
+        Decoding(model, torch.ones(2, 5, dtype=torch.long), lookahead=LookaheadConfig(2, 3, 2))
+
+
+def test_flash_attention_is_refused_with_what_to_do() -> None:
+    model = make_model(tiny_llama_config(96), seed=0)
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match="sdpa"):
+        Decoding(model, [3, 4, 5], lookahead=LookaheadConfig(2, 3, 2))
+    Decoding(model, [3, 4, 5])  # plain decoding passes no mask of its own: allowed
+
+
+def test_verification_only_needs_a_guess() -> None:
+    with pytest.raises(ValueError, match="Verification only"):
+        LookaheadConfig(0, 4, 0)
+    assert LookaheadConfig(0, 4, 2).max_step_tokens == 7
