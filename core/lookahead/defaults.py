@@ -1,4 +1,4 @@
-"""Default lookahead parameters per device and model size, from measurements (README, 'Defaults')."""
+"""Lookahead parameters for lookahead mode before Auto has measured the machine (calibration cancelled)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from core.lookahead.config import LookaheadConfig
 
 
 def default_lookahead(device: torch.device, parameters: int) -> LookaheadConfig:
-    """The measured fallback used by 'Auto' when no tuned profile exists.
+    """The paper's settings by model size on CUDA; a small step on the CPU.
 
-    On CUDA the paper's settings by model size (a wide step costs about as much as a narrow
-    one); on the CPU a small step, since the step cost grows with its token count there.
+    Only lookahead mode uses it, and only until the calibration has measured this machine.
     """
     if device.type == "cuda":
         if parameters < 10e9:

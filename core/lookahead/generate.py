@@ -1,8 +1,10 @@
-"""``model.generate(..., custom_generate=lookahead_generate, lookahead=LookaheadConfig(...))``.
+"""``model.generate(..., custom_generate=lookahead_generate, lookahead="auto" | LookaheadConfig(...))``.
 
 transformers prepares the generation config, logits processors and stopping criteria, then calls
 this function instead of its own decoding loop. It honours max_new_tokens, EOS ids, stopping
 criteria, sampling settings and a streamer (which generate does not hand to custom callables).
+``lookahead="auto"`` measures the model where it runs on first use (a few seconds, kept on the
+model) and then decodes with whatever is fastest there, plain decoding included.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import torch
 from transformers.utils import ModelOutput
 
+from core.lookahead.auto import AutoChooser, calibrate
 from core.lookahead.config import LookaheadConfig
 from core.lookahead.decoder import Decoding
 from core.lookahead.sampling import TokenPolicy
@@ -34,14 +37,15 @@ def lookahead_generate(
     logits_processor: Any = None,
     stopping_criteria: Any = None,
     generation_config: Any = None,
-    lookahead: LookaheadConfig | None = None,
+    lookahead: LookaheadConfig | str | None = None,
     return_dict_in_generate: bool = False,
     **model_kwargs: Any,
 ) -> torch.LongTensor | LookaheadGenerateOutput:
     """Lookahead decoding as a transformers ``custom_generate`` callable (batch size 1).
 
     Args:
-        lookahead: W, N, G and pool options; defaults to ``LookaheadConfig()``.
+        lookahead: W, N, G and pool options (default ``LookaheadConfig()``), or ``"auto"``: the fastest
+            exact decoding measured on this model and device (:func:`auto_chooser`).
         return_dict_in_generate: return a :class:`LookaheadGenerateOutput` instead of a tensor.
     """
     if input_ids.shape[0] != 1:
@@ -49,7 +53,12 @@ def lookahead_generate(
     mask = model_kwargs.get("attention_mask")
     if mask is not None and not bool(mask.all()):
         raise ValueError("lookahead_generate does not take padded inputs: pass the sequence without padding.")
-    config = lookahead or LookaheadConfig()
+    if isinstance(lookahead, str):
+        if lookahead != "auto":
+            raise ValueError(f"lookahead must be a LookaheadConfig or 'auto' (got {lookahead!r}).")
+        config, chooser = None, auto_chooser(model)
+    else:
+        config, chooser = lookahead or LookaheadConfig(), None
     prompt_len = input_ids.shape[1]
     max_new = int(generation_config.max_length) - prompt_len
     if max_new < 1:
@@ -62,7 +71,7 @@ def lookahead_generate(
         # generator None: torch's global RNG, so torch.manual_seed() makes runs repeatable, as with generate
         policy = TokenPolicy(logits_processor, do_sample, generator=None)
     streamer = _caller_streamer(model)
-    decoding = Decoding(model, input_ids[0], lookahead=config, max_new_tokens=max_new, eos_token_ids=eos_ids, policy=policy)
+    decoding = Decoding(model, input_ids[0], lookahead=config, chooser=chooser, max_new_tokens=max_new, eos_token_ids=eos_ids, policy=policy)
     sequence = torch.empty(1, prompt_len + max_new, dtype=torch.long, device=input_ids.device)
     sequence[:, :prompt_len] = input_ids
     length, stopped = prompt_len, False
@@ -87,10 +96,26 @@ def lookahead_generate(
     return sequences
 
 
+def auto_chooser(model: Any) -> AutoChooser:
+    """The model's Auto chooser: calibrated on first use, then kept on the model (it keeps learning).
+
+    Measured again when the model's device, dtype or torch's thread count changed.
+    """
+    key = (str(model.device), str(model.get_input_embeddings().weight.dtype), torch.get_num_threads())
+    kept = getattr(model, "_lookahead_auto", None)
+    if kept is None or kept[0] != key:
+        kept = (key, AutoChooser(calibrate(model)))
+        model._lookahead_auto = kept
+    return kept[1]
+
+
 def _caller_streamer(model: Any) -> Any:
     """The ``streamer`` given to ``model.generate``, which generate does not pass on to us.
 
-    generate already put the prompt into it; we find it in generate's frame.
+    transformers 5.x hands a callable ``custom_generate`` only the keyword arguments its own
+    ``_sample`` lacks, and ``streamer`` is not among them: there is no supported way to receive it.
+    generate already put the prompt into it; we find it in generate's frame (tested in
+    tests/core/lookahead/test_exactness.py).
     """
     frame = inspect.currentframe()
     try:

@@ -1,0 +1,385 @@
+"""Auto: the fastest exact decoding on this machine, measured here, chosen and revised step by step.
+
+Lookahead pays only where a step that feeds many tokens costs little more than a one-token step.
+That is a property of the machine (and dtype, model, thread count), so :func:`calibrate` measures
+the step cost curve where the model runs (a few seconds), and predicts each setting's speed from it:
+``tokens per step / relative cost of its step``. Settings predicted to lose are never run;
+:class:`AutoChooser` starts with the best prediction (plain decoding when nothing beats it by a
+margin), measures every step it runs, probes the runner-up now and then, and switches when the
+measured rates say so. Every setting is exact, so switching never changes the output.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from core.lookahead.config import LookaheadConfig
+from core.lookahead.stats import device_sync
+
+CPU_CURVE_SIZES = (1, 2, 4, 8, 16, 32)
+CUDA_CURVE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+# Tokens per step and tokens fed per step of each setting, greedy on the default model
+# (SmolLM2-135M-Instruct, the tuning suites: 12 prompts, 80 new tokens). They are properties of the
+# model and the text, not of the machine: they are only the starting point, replaced by what each
+# answer measures (AutoChooser) and by `tune`.
+PRIORS: dict[tuple[int, int, int], tuple[float, float]] = {
+    (0, 3, 1): (1.21, 1.9),
+    (0, 4, 1): (1.27, 2.7),
+    (0, 4, 2): (1.29, 3.9),
+    (0, 5, 2): (1.31, 4.8),
+    (0, 5, 4): (1.33, 6.9),
+    (2, 3, 2): (1.33, 6.3),
+    (3, 4, 3): (1.42, 13.4),
+    (5, 4, 5): (1.50, 21.1),
+    (7, 5, 7): (1.58, 36.0),
+    (10, 5, 10): (1.63, 50.0),
+    (15, 5, 15): (1.70, 74.0),
+}
+START_MARGIN = 1.05  # a setting must be predicted this much faster than plain to be tried first
+KEEP_RATIO = 0.8  # settings predicted below this fraction of plain's speed are never run
+PRIOR_STEPS = 8  # how many measured steps a prediction of tokens per step is worth
+
+
+@dataclass(frozen=True)
+class StepCostCurve:
+    """Seconds of one forward pass feeding ``sizes[i]`` new tokens after a few hundred cached ones."""
+
+    sizes: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def cost(self, size: float) -> float:
+        """Seconds at ``size`` tokens: linear between measured sizes, extended past the last two."""
+        sizes, seconds = self.sizes, self.seconds
+        if size <= sizes[0] or len(sizes) == 1:
+            return seconds[0]
+        for (s0, t0), (s1, t1) in zip(zip(sizes, seconds), zip(sizes[1:], seconds[1:])):
+            if size <= s1:
+                return t0 + (t1 - t0) * (size - s0) / (s1 - s0)
+        (s0, t0), (s1, t1) = (sizes[-2], seconds[-2]), (sizes[-1], seconds[-1])
+        return t1 + max(t1 - t0, 0.0) * (size - s1) / (s1 - s0)
+
+    def relative(self, size: float) -> float:
+        """Cost at ``size`` tokens over the cost of a one-token step."""
+        return self.cost(size) / self.seconds[0]
+
+    def as_dict(self) -> dict[str, list]:
+        return {"sizes": list(self.sizes), "seconds": list(self.seconds)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StepCostCurve":
+        sizes, seconds = tuple(int(s) for s in data["sizes"]), tuple(float(s) for s in data["seconds"])
+        if not sizes or len(sizes) != len(seconds) or min(seconds) <= 0:
+            raise ValueError("a step cost curve needs matching, positive sizes and seconds")
+        return cls(sizes, seconds)
+
+
+class Cancelled(Exception):
+    """Calibration was cancelled (the app loads another model, or the user pressed Cancel)."""
+
+
+def measure_step_cost(
+    model: Any,
+    sizes: Sequence[int] = CPU_CURVE_SIZES,
+    context: int = 256,
+    repeats: int = 3,
+    progress: Callable[[float], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> StepCostCurve:
+    """Median seconds of one forward pass feeding each size after ``context`` cached tokens.
+
+    Steps are built as lookahead builds them (4D additive mask, explicit positions, only the rows
+    it keeps); sizes are interleaved within each round so that machine noise hits all alike, and
+    a first round warms up and is dropped.
+    """
+    from transformers import DynamicCache
+
+    device = model.device
+    dtype = model.get_input_embeddings().weight.dtype
+    vocab = model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, vocab, (1, context), generator=generator).to(device)
+    cache = DynamicCache()
+    times: dict[int, list[float]] = {s: [] for s in sizes}
+    rounds = repeats + 1
+    with torch.inference_mode():
+        model(input_ids=prefix, cache=cache, use_cache=True, logits_to_keep=1)
+        for r in range(rounds):
+            for size in sizes:
+                if cancelled is not None and cancelled():
+                    raise Cancelled
+                ids = torch.randint(0, vocab, (1, size), generator=generator).to(device)
+                block = torch.full((size, size), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+                mask = torch.cat([block.new_zeros(size, context), block], dim=1)[None, None]
+                positions = torch.arange(context, context + size, device=device)[None]
+                keep = torch.arange(min(size, 1 + size // 2), device=device)
+                device_sync(device)
+                start = time.perf_counter()
+                model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=keep)
+                device_sync(device)
+                times[size].append(time.perf_counter() - start)
+                cache.crop(-size)
+            if progress is not None:
+                progress((r + 1) / rounds)
+    return StepCostCurve(tuple(sizes), tuple(statistics.median(times[s][1:]) for s in sizes))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A setting's predicted speed: its tokens per step over the relative cost of its step."""
+
+    setting: LookaheadConfig | None
+    tokens_per_step: float
+    fed_tokens: float
+    speedup: float  # predicted, over plain decoding on the same machine
+
+    @property
+    def label(self) -> str:
+        return self.setting.label if self.setting is not None else "plain"
+
+
+def grid(device_type: str) -> list[LookaheadConfig]:
+    """The settings Auto considers: verification only (W=0) and lookahead windows up to the paper's."""
+    settings = [LookaheadConfig(w, n, g) for (w, n, g) in PRIORS]
+    return settings if device_type == "cuda" else [s for s in settings if s.window <= 7]
+
+
+def predict(curve: StepCostCurve, settings: Sequence[LookaheadConfig], learned: dict[str, tuple[float, float]] | None = None) -> list[Estimate]:
+    """Each setting's predicted speed-up over plain, best first; ``learned`` (label -> tokens per step,
+    tokens fed) replaces the priors where the model's own answers have measured them."""
+    estimates = []
+    for s in settings:
+        tps, fed = (learned or {}).get(s.label) or PRIORS.get((s.window, s.ngram, s.guesses)) or _rough_prior(s)
+        estimates.append(Estimate(s, tps, fed, tps / curve.relative(fed)))
+    return sorted(estimates, key=lambda e: -e.speedup)
+
+
+def _rough_prior(setting: LookaheadConfig) -> tuple[float, float]:
+    """For a setting outside the table: a modest acceptance and a nearly full step."""
+    return 1.2 + 0.03 * setting.window, 0.8 * setting.max_step_tokens
+
+
+@dataclass
+class Calibration:
+    """What Auto measured on this machine and what it will run.
+
+    Attributes:
+        device: ``cpu`` or ``cuda``.
+        dtype: the model's dtype when measured.
+        curve: the step cost curve.
+        estimates: every considered setting's prediction, best first.
+        seconds: how long calibration took.
+        dtype_seconds: the one-token step cost per dtype tried (CPU with dtype auto), else empty.
+    """
+
+    device: str
+    dtype: str
+    curve: StepCostCurve
+    estimates: list[Estimate]
+    seconds: float
+    dtype_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def dtype_label(self) -> str:
+        """The dtype as settings name it: ``fp32``, ``bf16``, ``fp16``."""
+        return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(self.dtype, self.dtype)
+
+    @property
+    def choice(self) -> LookaheadConfig | None:
+        """The setting Auto starts with: the best prediction, or ``None`` (plain) if none wins by a margin."""
+        best = self.estimates[0] if self.estimates else None
+        return best.setting if best is not None and best.speedup >= START_MARGIN else None
+
+    @property
+    def best_lookahead(self) -> LookaheadConfig:
+        """The best predicted setting with a Jacobi window (lookahead mode with Auto parameters)."""
+        windowed = [e for e in self.estimates if e.setting is not None and e.setting.window > 0]
+        return windowed[0].setting if windowed else LookaheadConfig(5, 4, 5)
+
+    def arms(self, runners_up: int = 2) -> list[LookaheadConfig | None]:
+        """What the chooser may run: plain, then the best predictions that might win once measured."""
+        keep = [e.setting for e in self.estimates if e.speedup >= KEEP_RATIO][:1 + runners_up]
+        choice = self.choice
+        return [choice, *[s for s in [None, *keep] if s != choice]]
+
+    @property
+    def reason(self) -> str:
+        """One line for the status bar: what Auto runs and why."""
+        best = self.estimates[0] if self.estimates else None
+        where = "this GPU" if self.device == "cuda" else "this CPU"
+        if self.choice is None:
+            detail = f" (best, {best.label}, expected {best.speedup:.2f}x)" if best else ""
+            return f"Auto: plain, lookahead would not be faster on {where}{detail}"
+        return f"Auto: {best.label}, expected {best.speedup:.2f}x plain on {where}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "curve": self.curve.as_dict(),
+            "seconds": self.seconds,
+            "dtype_seconds": dict(self.dtype_seconds),
+            "choice": self.choice.label if self.choice else "plain",
+            "reason": self.reason,
+            "estimates": [
+                {"setting": e.label, "tokens_per_step": e.tokens_per_step, "fed_tokens": e.fed_tokens, "speedup": e.speedup}
+                for e in self.estimates
+            ],
+        }
+
+    def with_learned(self, learned: dict[str, tuple[float, float]]) -> "Calibration":
+        """The same curve, predictions redone with tokens per step measured on this model's answers."""
+        settings = [e.setting for e in self.estimates if e.setting is not None]
+        return Calibration(self.device, self.dtype, self.curve, predict(self.curve, settings, learned), self.seconds, self.dtype_seconds)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], learned: dict[str, tuple[float, float]] | None = None) -> "Calibration":
+        curve = StepCostCurve.from_dict(data["curve"])
+        settings = [_parse_label(e["setting"]) for e in data["estimates"] if e["setting"] != "plain"]
+        return cls(str(data["device"]), str(data["dtype"]), curve, predict(curve, settings, learned), float(data["seconds"]),
+                   {str(k): float(v) for k, v in data.get("dtype_seconds", {}).items()})
+
+
+def _parse_label(label: str) -> LookaheadConfig:
+    w, n, g = (int(part[1:]) for part in label.split())
+    return LookaheadConfig(w, n, g)
+
+
+def calibrate(
+    model: Any,
+    *,
+    device: torch.device | None = None,
+    progress: Callable[[float], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> Calibration:
+    """Measure the step cost curve of ``model`` where it runs and predict each setting's speed.
+
+    A few seconds on a CPU (the default model: about 2 s here), well under a second on a GPU.
+    """
+    device = device or model.device
+    start = time.perf_counter()
+    sizes = CUDA_CURVE_SIZES if device.type == "cuda" else CPU_CURVE_SIZES
+    curve = measure_step_cost(model, sizes, progress=progress, cancelled=cancelled)
+    dtype = str(model.get_input_embeddings().weight.dtype).removeprefix("torch.")
+    return Calibration(device.type, dtype, curve, predict(curve, grid(device.type)), time.perf_counter() - start)
+
+
+def calibrate_dtypes(models: dict[str, Any], progress: Callable[[float], None] | None = None,
+                     cancelled: Callable[[], bool] | None = None) -> Calibration:
+    """Calibrate the same model in several dtypes (name -> model); keep the one whose plain step is fastest.
+
+    The result's ``dtype_seconds`` holds every dtype's one-token step cost.
+    """
+    start = time.perf_counter()
+    results: dict[str, Calibration] = {}
+    for i, (name, model) in enumerate(models.items()):
+        part = (lambda f, i=i: progress((i + f) / len(models))) if progress is not None else None
+        results[name] = calibrate(model, progress=part, cancelled=cancelled)
+    chosen = min(results.values(), key=lambda c: c.curve.seconds[0])
+    chosen.dtype_seconds = {c.dtype: c.curve.seconds[0] for c in results.values()}
+    chosen.seconds = time.perf_counter() - start
+    return chosen
+
+
+@dataclass
+class _Arm:
+    setting: LookaheadConfig | None
+    tokens_per_step: float
+    fed_tokens: float
+    seconds: float  # per step
+    observed: int = 0
+
+
+class AutoChooser:
+    """Chooses each step's setting from measured rates; keeps learning across the answers it serves.
+
+    Rates are tokens per second per setting: exponential moving averages of what the steps did,
+    started from the calibration's predictions. The chooser runs the best rate; every
+    ``probe_every`` steps it runs another setting whose rate might beat it for a few steps (a
+    windowed setting needs N-1 steps to refill its window), and the best must lead by
+    ``switch_margin`` before the running setting is changed.
+    """
+
+    def __init__(self, calibration: Calibration, *, probe_every: int = 32, switch_margin: float = 1.04, smoothing: float = 0.15) -> None:
+        self.calibration = calibration
+        self.probe_every = probe_every
+        self.switch_margin = switch_margin
+        self.smoothing = smoothing
+        unit = calibration.curve.seconds[0]
+        predicted = {e.label: e for e in calibration.estimates}
+        self._arms: list[_Arm] = []
+        for setting in calibration.arms():
+            e = predicted.get(setting.label) if setting is not None else None
+            tps, fed = (e.tokens_per_step, e.fed_tokens) if e else (1.0, 1.0)
+            self._arms.append(_Arm(setting, tps, fed, unit * calibration.curve.relative(fed)))
+        self._current = self._arms[0]
+        self._probe: _Arm | None = None
+        self._probe_left = 0
+        self._steps = 0
+
+    @property
+    def settings(self) -> list[LookaheadConfig | None]:
+        return [arm.setting for arm in self._arms]
+
+    def rates(self) -> dict[str, float]:
+        """Estimated tokens per second of every setting, as now believed."""
+        return {_label(a.setting): a.tokens_per_step / a.seconds for a in self._arms}
+
+    def learned(self, min_steps: int = 24) -> dict[str, tuple[float, float]]:
+        """Tokens per step and tokens fed, measured over at least ``min_steps`` steps, per non-plain setting."""
+        return {a.setting.label: (a.tokens_per_step, a.fed_tokens) for a in self._arms if a.setting is not None and a.observed >= min_steps}
+
+    def choose(self) -> LookaheadConfig | None:
+        self._steps += 1
+        if self._probe_left > 0 and self._probe is not None:
+            self._probe_left -= 1
+            return self._probe.setting
+        if self._steps % self.probe_every == 0:
+            rival = self._rival()
+            if rival is not None:
+                self._probe = rival
+                self._probe_left = _probe_length(rival.setting) - 1
+                return rival.setting
+        return self._current.setting
+
+    def observe(self, setting: LookaheadConfig | None, tokens: int, seconds: float, fed: int) -> None:
+        arm = next(a for a in self._arms if a.setting == setting)
+        # Step times are reliable from the first step; acceptance varies a lot from step to step, so
+        # the prediction counts as PRIOR_STEPS observed steps before the answers' own take over.
+        arm.seconds += max(self.smoothing, 1.0 / (arm.observed + 2)) * (seconds - arm.seconds)
+        weight = max(self.smoothing / 2, 1.0 / (arm.observed + PRIOR_STEPS))
+        arm.tokens_per_step += weight * (tokens - arm.tokens_per_step)
+        arm.fed_tokens += weight * (fed - arm.fed_tokens)
+        arm.observed += 1
+        best = max(self._arms, key=_rate)
+        if best is not self._current and _rate(best) > self.switch_margin * _rate(self._current):
+            self._current = best
+            self._probe_left = 0
+
+    def _rival(self) -> _Arm | None:
+        """The setting to probe: the best-rated one other than the current, if it could plausibly win."""
+        others = [a for a in self._arms if a is not self._current]
+        if not others:
+            return None
+        rival = max(others, key=_rate)
+        return rival if _rate(rival) >= KEEP_RATIO * _rate(self._current) else None
+
+
+def _rate(arm: _Arm) -> float:
+    return arm.tokens_per_step / arm.seconds
+
+
+def _label(setting: LookaheadConfig | None) -> str:
+    return setting.label if setting is not None else "plain"
+
+
+def _probe_length(setting: LookaheadConfig | None) -> int:
+    if setting is None:
+        return 1
+    return setting.ngram - 1 if setting.window else 2

@@ -1,0 +1,122 @@
+"""Auto: predictions from the step cost curve, the chooser's switching, and exact output."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.lookahead import Decoding, LookaheadConfig, lookahead_generate
+from core.lookahead.auto import AutoChooser, Calibration, StepCostCurve, calibrate, calibrate_dtypes, grid, predict
+from tests.conftest import make_model, tiny_llama_config
+
+# Step cost curves as measured with measure_step_cost (DESIGN.md section 4): a CPU where a wide step
+# costs little more than a narrow one, and an AVX2-only CPU in bf16 where it costs 9.7x at 32 tokens.
+FLAT = StepCostCurve((1, 2, 4, 8, 16, 32), (0.038, 0.040, 0.040, 0.042, 0.043, 0.048))
+STEEP = StepCostCurve((1, 2, 4, 8, 16, 32), (0.066, 0.084, 0.124, 0.202, 0.351, 0.643))
+
+
+def _calibration(curve: StepCostCurve) -> Calibration:
+    return Calibration("cpu", "bfloat16", curve, predict(curve, grid("cpu")), 1.0)
+
+
+def test_curve_interpolates_between_and_beyond_measured_sizes() -> None:
+    curve = StepCostCurve((1, 2, 4), (1.0, 2.0, 3.0))
+    assert curve.cost(1) == 1.0 and curve.cost(3) == pytest.approx(2.5) and curve.cost(6) == pytest.approx(4.0)
+    assert curve.relative(4) == 3.0
+    assert StepCostCurve.from_dict(curve.as_dict()) == curve
+    with pytest.raises(ValueError):
+        StepCostCurve.from_dict({"sizes": [1, 2], "seconds": [0.1]})
+
+
+def test_auto_runs_lookahead_where_wide_steps_are_cheap() -> None:
+    calibration = _calibration(FLAT)
+    assert calibration.choice is not None and calibration.choice.window > 0
+    assert calibration.estimates[0].speedup > 1.2
+    assert calibration.reason.startswith(f"Auto: {calibration.choice.label}, expected")
+    assert None in calibration.arms() and calibration.arms()[0] == calibration.choice
+
+
+def test_auto_runs_plain_where_lookahead_cannot_win() -> None:
+    calibration = _calibration(STEEP)
+    assert calibration.choice is None
+    assert calibration.reason.startswith("Auto: plain, lookahead would not be faster on this CPU")
+    arms = calibration.arms()
+    assert arms[0] is None
+    assert all(s.window == 0 for s in arms[1:])  # only cheap verification-only steps might still pay
+    assert all(e.speedup < 1.0 for e in calibration.estimates if e.setting.window > 0)
+
+
+def test_learned_tokens_per_step_replace_the_priors() -> None:
+    calibration = _calibration(STEEP)
+    learned = calibration.with_learned({"W0 N3 G1": (1.9, 1.9)})
+    assert learned.choice == LookaheadConfig(0, 3, 1)
+    again = Calibration.from_dict(calibration.as_dict(), {"W0 N3 G1": (1.9, 1.9)})
+    assert again.choice == LookaheadConfig(0, 3, 1) and again.curve == STEEP
+
+
+def test_chooser_switches_to_the_setting_that_measures_faster() -> None:
+    calibration = _calibration(FLAT)
+    chooser = AutoChooser(calibration, probe_every=4)
+    first = chooser.choose()
+    assert first == calibration.choice
+    ran: list[LookaheadConfig | None] = []
+    for _ in range(200):
+        setting = chooser.choose()
+        ran.append(setting)
+        # this machine turns out to be slow for every wide step: plain is really the fastest
+        seconds = 0.04 if setting is None else 0.2
+        chooser.observe(setting, 1 if setting is None else 2, seconds, 1 if setting is None else 20)
+    assert ran[-1] is None and ran[-20:].count(None) >= 18
+    rates = chooser.rates()
+    assert rates["plain"] == max(rates.values())
+
+
+def test_chooser_keeps_a_winning_setting_and_probes_plain_rarely() -> None:
+    calibration = _calibration(FLAT)
+    chooser = AutoChooser(calibration)
+    ran = []
+    for _ in range(320):
+        setting = chooser.choose()
+        ran.append(setting)
+        chooser.observe(setting, 1 if setting is None else 2, 0.04 if setting is None else 0.045, 1 if setting is None else 20)
+    assert ran.count(None) <= 320 // 32 + 1
+    assert chooser.learned()[calibration.choice.label][0] > 1.5
+
+
+def test_calibration_on_a_real_model_is_quick_and_complete() -> None:
+    model = make_model(tiny_llama_config(96), seed=0)
+    calibration = calibrate(model)
+    assert calibration.curve.sizes == (1, 2, 4, 8, 16, 32) and all(s > 0 for s in calibration.curve.seconds)
+    assert calibration.seconds > 0 and calibration.dtype == "float32" and calibration.device == "cpu"
+    assert {e.label for e in calibration.estimates} == {s.label for s in grid("cpu")}
+    both = calibrate_dtypes({"fp32": model, "bf16": make_model(tiny_llama_config(96), seed=0).to(torch.bfloat16)})
+    assert set(both.dtype_seconds) == {"float32", "bfloat16"}
+    assert both.dtype == min(both.dtype_seconds, key=both.dtype_seconds.get)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_auto_is_exact_through_generate(seed: int) -> None:
+    model = make_model(tiny_llama_config(96), seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    head = torch.randint(3, 96, (12,), generator=g).tolist()
+    prompt = torch.tensor([head + head])
+    reference = model.generate(prompt, max_new_tokens=40, min_new_tokens=40, do_sample=False)
+    out = model.generate(prompt, max_new_tokens=40, min_new_tokens=40, do_sample=False, custom_generate=lookahead_generate,
+                         lookahead="auto", return_dict_in_generate=True)
+    assert out.sequences.tolist() == reference.tolist()
+    assert out.lookahead_stats.mode == "auto" and sum(out.lookahead_stats.setting_tokens.values()) == 39
+    chooser = model._lookahead_auto[1]
+    again = model.generate(prompt, max_new_tokens=8, do_sample=False, custom_generate=lookahead_generate, lookahead="auto")
+    assert model._lookahead_auto[1] is chooser  # calibrated once per model, device, dtype and thread count
+    assert again.tolist() == reference[:, : prompt.shape[1] + 8].tolist()
+    with pytest.raises(ValueError, match="'auto'"):
+        model.generate(prompt, max_new_tokens=4, custom_generate=lookahead_generate, lookahead="fast")
+
+
+def test_auto_with_repetition_penalty_matches_generate() -> None:
+    model = make_model(tiny_llama_config(96), seed=5)
+    prompt = torch.tensor([list(range(10, 30)) * 2])
+    reference = model.generate(prompt, max_new_tokens=32, min_new_tokens=32, do_sample=False, repetition_penalty=1.1)
+    out = model.generate(prompt, max_new_tokens=32, min_new_tokens=32, do_sample=False, repetition_penalty=1.1,
+                         custom_generate=lookahead_generate, lookahead="auto")
+    assert out.tolist() == reference.tolist()
