@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "settings.json"
 THEMES = ("system", "light", "dark")
-MODES = ("plain", "lookahead")
+MODES = ("auto", "plain", "lookahead")  # auto: the fastest exact decoding measured here (core.lookahead.auto)
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ class SamplingSettings:
 
 @dataclass(frozen=True)
 class LookaheadSettings:
-    """``auto`` uses the tuned profile for the model and device; otherwise the fixed W, N, G."""
+    """Lookahead mode's W, N, G: ``auto`` takes the best lookahead setting measured on this machine
+    (core.calibration); otherwise the fixed W, N, G."""
 
     auto: bool = True
     window: int = 7
@@ -79,7 +80,7 @@ class Settings:
     source: ModelSource = field(default_factory=ModelSource)
     load: LoadOptions = field(default_factory=LoadOptions)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
-    mode: str = "lookahead"
+    mode: str = "auto"
     lookahead: LookaheadSettings = field(default_factory=LookaheadSettings)
     system_prompt: str = "You are a helpful assistant."
     theme: str = "system"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from core.chat.prompt import Message, build_prompt
 from core.lookahead import Decoding, LookaheadConfig, NGramPool
+from core.lookahead.decoder import StepChooser
 from core.lookahead.sampling import SamplingConfig, TokenPolicy
 from core.lookahead.stats import DecodeStats
 from core.models.loader import LoadedModel
@@ -27,7 +28,8 @@ class AnswerDelta:
 class Answer:
     """Generates the assistant's reply to ``messages``; iterate for :class:`AnswerDelta`.
 
-    ``sampling`` (temperature, top-k/p, min-p, repetition penalty, seed) applies to both modes;
+    ``lookahead`` is a fixed setting (``None``: plain) unless ``chooser`` (Auto) picks each step's.
+    ``sampling`` (temperature, top-k/p, min-p, repetition penalty, seed) applies to every mode;
     ``None`` is plain greedy. After iteration, :attr:`text`, :attr:`finish_reason` and :attr:`dropped_messages` tell
     what happened.
     """
@@ -39,6 +41,7 @@ class Answer:
         *,
         lookahead: LookaheadConfig | None,
         max_new_tokens: int,
+        chooser: StepChooser | None = None,
         stop_strings: tuple[str, ...] = (),
         pool: NGramPool | None = None,
         cancel: CancelToken | None = None,
@@ -58,6 +61,7 @@ class Answer:
             loaded.model,
             prompt.ids,
             lookahead=lookahead,
+            chooser=chooser,
             max_new_tokens=max_new_tokens,
             eos_token_ids=eos_token_ids(loaded),
             pool=pool,

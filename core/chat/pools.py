@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from core.lookahead.config import LookaheadConfig
 from core.lookahead.pool import NGramPool
 
 
@@ -20,11 +19,11 @@ class ConversationPools:
         self.max_keys_per_pool = max_keys_per_pool
         self._pools: OrderedDict[object, NGramPool] = OrderedDict()
 
-    def pool_for(self, conversation: object, config: LookaheadConfig) -> NGramPool:
-        """The pool of ``conversation`` for ``config``'s N and G (a new one if those changed)."""
+    def pool_for(self, conversation: object, ngram: int, guesses: int) -> NGramPool:
+        """The pool of ``conversation`` for n-grams of ``ngram`` tokens, ``guesses`` per key (a new one if those changed)."""
         pool = self._pools.get(conversation)
-        if pool is None or pool.ngram != config.ngram or pool.per_key != config.guesses:
-            pool = NGramPool(config.ngram, config.guesses, max_keys=self.max_keys_per_pool)
+        if pool is None or pool.ngram != ngram or pool.per_key != guesses:
+            pool = NGramPool(ngram, guesses, max_keys=self.max_keys_per_pool)
         self._pools[conversation] = pool
         self._pools.move_to_end(conversation)
         while len(self._pools) > self.max_conversations:

@@ -11,9 +11,9 @@ from core.models.errors import DeviceUnavailableError
 DTYPE_BY_NAME: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 NAME_BY_DTYPE: dict[torch.dtype, str] = {v: k for k, v in DTYPE_BY_NAME.items()}
 
-# Measured on the 2-core CI CPU with the default model (README, "Step cost"): bf16 makes a wide
-# step nearly as cheap as a one-token step, fp32 does not.  See core/lookahead/defaults.py.
-CPU_DEFAULT_DTYPE = "bf16"
+# dtype auto on the CPU loads fp32 (exact, and convertible); Auto's calibration (core.calibration)
+# then keeps it or converts to bf16, whichever decodes faster on this machine.
+CPU_DEFAULT_DTYPE = "fp32"
 
 
 @dataclass(frozen=True)

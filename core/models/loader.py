@@ -46,6 +46,9 @@ class LoadedModel:
     context_length: int
     parameters: int
     load_seconds: float
+    requested_dtype: str = "auto"  # what the options asked for; Auto may change ``dtype`` on the CPU
+    calibration: Any = None  # core.lookahead.auto.Calibration, once measured (core.calibration)
+    chooser: Any = None  # core.lookahead.auto.AutoChooser, kept across answers
 
     @property
     def name(self) -> str:
@@ -101,6 +104,7 @@ def load_model(
         context_length=int(getattr(config, "max_position_embeddings", 0) or 2048),
         parameters=parameters,
         load_seconds=time.perf_counter() - start,
+        requested_dtype=options.dtype,
     )
 
 

@@ -1,43 +1,40 @@
-"""Auto-tuning: step-cost curve, acceptance per setting, the stored profile that 'Auto' uses."""
+"""How answers decode per mode, and tune (Auto's deeper search) storing measured tokens per step."""
 
 from __future__ import annotations
 
 import pytest
 
 from core import tuning
+from core.calibration import ensure_calibrated
+from core.lookahead.config import LookaheadConfig
 from core.lookahead.defaults import default_lookahead
 from core.settings import LookaheadSettings
 
 
-def test_interpolate_between_and_beyond_measured_sizes() -> None:
-    sizes, seconds = [1, 2, 4], [1.0, 2.0, 3.0]
-    assert tuning.interpolate(sizes, seconds, 1) == 1.0
-    assert tuning.interpolate(sizes, seconds, 3) == pytest.approx(2.5)
-    assert tuning.interpolate(sizes, seconds, 6) == pytest.approx(4.0)
-
-
-def test_step_cost_is_measured_for_every_size(tiny_loaded) -> None:
-    seconds = tuning.measure_step_cost(tiny_loaded, sizes=(1, 8, 32), context=32, repeats=2)
-    assert len(seconds) == 3 and all(s > 0 for s in seconds)
-
-
-def test_tune_stores_a_profile_that_auto_uses(tiny_loaded, app_paths, monkeypatch) -> None:
-    monkeypatch.setattr(tuning, "CPU_GRID", [(2, 3, 2), (3, 4, 3)])
-    monkeypatch.setattr(tuning, "STEP_SIZES", (1, 4, 16))
-    auto = LookaheadSettings(auto=True)
-    assert tuning.lookahead_for(auto, tiny_loaded, app_paths) == default_lookahead(tiny_loaded.device, tiny_loaded.parameters)
-    profile = tuning.tune(tiny_loaded, app_paths, prompts_per_suite=1, max_new_tokens=8)
-    assert tuning.profile_path(app_paths, tiny_loaded).is_file()
-    assert {(c.window, c.ngram, c.guesses) for c in profile.candidates} == {(2, 3, 2), (3, 4, 3)}
-    assert profile.best == max(profile.candidates, key=lambda c: c.expected_speedup)
-    assert tuning.lookahead_for(auto, tiny_loaded, app_paths) == profile.best.config
+def test_plans_per_mode(tiny_loaded, app_paths) -> None:
+    best = LookaheadSettings(auto=True)
     fixed = LookaheadSettings(auto=False, window=5, ngram=3, guesses=2)
-    assert tuning.lookahead_for(fixed, tiny_loaded, app_paths) == fixed.fixed
+    assert tuning.decoding_plan("plain", best, tiny_loaded).label == "plain"
+    assert tuning.decoding_plan("auto", best, tiny_loaded).label == "plain"  # not measured yet
+    assert tuning.decoding_plan("lookahead", best, tiny_loaded).lookahead == default_lookahead(tiny_loaded.device, tiny_loaded.parameters)
+    assert tuning.decoding_plan("lookahead", fixed, tiny_loaded).lookahead == fixed.fixed
+    calibration = ensure_calibrated(tiny_loaded, app_paths)
+    auto = tuning.decoding_plan("auto", best, tiny_loaded)
+    assert auto.label == "auto" and auto.chooser is tiny_loaded.chooser
+    assert auto.pool_shape == (max(s.ngram for s in auto.chooser.settings if s), max(s.guesses for s in auto.chooser.settings if s))
+    assert tuning.decoding_plan("lookahead", best, tiny_loaded).lookahead == calibration.best_lookahead
+    assert tuning.decoding_plan("plain", best, tiny_loaded).pool_shape is None
 
 
-def test_unreadable_profile_falls_back_to_defaults(tiny_loaded, app_paths) -> None:
-    path = tuning.profile_path(app_paths, tiny_loaded)
-    path.parent.mkdir(parents=True)
-    path.write_text("{not json")
-    config = tuning.lookahead_for(LookaheadSettings(auto=True), tiny_loaded, app_paths)
-    assert config == default_lookahead(tiny_loaded.device, tiny_loaded.parameters)
+def test_tune_measures_tokens_per_step_and_auto_predicts_from_them(tiny_loaded, app_paths) -> None:
+    with pytest.raises(ValueError, match="not measured"):
+        tuning.tune(tiny_loaded, app_paths)
+    ensure_calibrated(tiny_loaded, app_paths)
+    settings = [LookaheadConfig(0, 3, 1), LookaheadConfig(2, 3, 2)]
+    calibration = tuning.tune(tiny_loaded, app_paths, prompts_per_suite=1, max_new_tokens=8, settings=settings)
+    measured = {e.label: e for e in calibration.estimates if e.label in ("W0 N3 G1", "W2 N3 G2")}
+    assert all(e.tokens_per_step >= 1.0 and e.fed_tokens >= 1.0 for e in measured.values())
+    assert measured["W2 N3 G2"].fed_tokens >= 4  # x + level tokens: at least W*(N-1)
+    assert tiny_loaded.calibration is calibration
+    table = tuning.estimate_table(calibration.estimates)
+    assert "| W2 N3 G2 |" in table and table.count("\n") == len(calibration.estimates) + 1

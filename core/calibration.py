@@ -1,0 +1,159 @@
+"""Auto's calibration of a loaded model: measured once per machine set-up, cached, reused.
+
+The cache key is everything the step cost depends on: the processor or GPU, the model, the dtype
+asked for, the quantization, the torch version and the thread count. Change any of them and the
+next load measures again. On the CPU with dtype ``auto`` it also picks the dtype whose plain
+decoding is fastest here (fp32 or bf16) and converts the model to it. What the answers measure
+(tokens per step of each setting) is saved with it, so the next start begins from this model's
+own figures.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import hashlib
+import json
+import logging
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.atomic import write_json_atomic
+from core.lookahead.auto import AutoChooser, Calibration, Cancelled, calibrate, calibrate_dtypes
+from core.models.loader import LoadedModel
+from core.paths import AppPaths
+from core.progress import CancelToken, ProgressCallback, no_progress
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_VERSION = 1
+STAGE = "Measuring this machine for Auto (once)"
+
+
+def calibration_key(loaded: LoadedModel) -> dict[str, Any]:
+    """Everything the step cost depends on."""
+    return {
+        "version": CALIBRATION_VERSION,
+        "device": _device_name(loaded.device),
+        "model": f"{loaded.source.kind}:{loaded.source.location or loaded.name}",
+        "dtype": loaded.requested_dtype,
+        "quantization": loaded.quantization,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads() if loaded.device.type == "cpu" else 0,
+    }
+
+
+def calibration_path(paths: AppPaths, loaded: LoadedModel) -> Path:
+    digest = hashlib.sha256(json.dumps(calibration_key(loaded), sort_keys=True).encode()).hexdigest()[:16]
+    return paths.data_dir / "calibration" / f"{digest}.json"
+
+
+def ensure_calibrated(
+    loaded: LoadedModel, paths: AppPaths, progress: ProgressCallback = no_progress, cancel: CancelToken | None = None
+) -> Calibration | None:
+    """Give ``loaded`` its calibration and Auto chooser: from the cache, or measured now.
+
+    May convert the model to the faster dtype (CPU, dtype auto). Returns ``None`` when cancelled;
+    Auto then decodes plain until the next load measures again.
+    """
+    path = calibration_path(paths, loaded)
+    cached = _read(path)
+    if cached is not None:
+        calibration = cached
+        _convert(loaded, calibration.dtype)
+    else:
+        try:
+            calibration = _measure(loaded, progress, cancel)
+        except Cancelled:
+            log.info("calibration cancelled")
+            return None
+        _write(path, loaded, calibration, {})
+        progress(STAGE, 1.0)
+    loaded.calibration = calibration
+    loaded.chooser = AutoChooser(calibration)
+    log.info("%s (calibration %.1f s)", calibration.reason, calibration.seconds)
+    return calibration
+
+
+def save_learned(loaded: LoadedModel, paths: AppPaths) -> None:
+    """Keep what the answers measured (tokens per step per setting) for the next start."""
+    if loaded.calibration is None or loaded.chooser is None:
+        return
+    learned = loaded.chooser.learned()
+    if learned:
+        save_tokens_per_step(loaded, paths, learned)
+
+
+def save_tokens_per_step(loaded: LoadedModel, paths: AppPaths, measured: dict[str, tuple[float, float]]) -> None:
+    """Merge measured (tokens per step, tokens fed) per setting label into the cached calibration."""
+    if loaded.calibration is None:
+        return
+    path = calibration_path(paths, loaded)
+    try:
+        learned = {str(k): tuple(v) for k, v in json.loads(path.read_text(encoding="utf-8")).get("learned", {}).items()}
+    except (OSError, ValueError, AttributeError):
+        learned = {}
+    learned.update(measured)
+    try:
+        _write(path, loaded, loaded.calibration, learned)
+    except OSError as err:  # a full disk must not stop the chat; the figures are measured again
+        log.warning("could not save Auto's measurements: %s", err)
+
+
+def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToken | None) -> Calibration:
+    cancelled = (lambda: cancel.cancelled) if cancel is not None else None
+    report = lambda fraction: progress(STAGE, min(fraction, 0.99))  # noqa: E731
+    tries_dtypes = loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none"
+    if not tries_dtypes or loaded.dtype != torch.float32:
+        return calibrate(loaded.model, progress=report, cancelled=cancelled)
+    models = {"fp32": loaded.model, "bf16": copy.deepcopy(loaded.model).to(torch.bfloat16)}
+    try:
+        calibration = calibrate_dtypes(models, progress=report, cancelled=cancelled)
+        if calibration.dtype_label == "bf16":
+            loaded.model, loaded.dtype = models["bf16"], torch.bfloat16
+        return calibration
+    finally:
+        models.clear()
+        gc.collect()
+
+
+def _convert(loaded: LoadedModel, dtype_name: str) -> None:
+    """Move the model to the dtype a cached calibration chose (CPU, dtype auto)."""
+    dtype = getattr(torch, dtype_name, None)
+    if isinstance(dtype, torch.dtype) and dtype != loaded.dtype and loaded.quantization == "none":
+        loaded.model = loaded.model.to(dtype)
+        loaded.dtype = dtype
+
+
+def _read(path: Path) -> Calibration | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        learned = {str(k): (float(v[0]), float(v[1])) for k, v in data.get("learned", {}).items()}
+        return Calibration.from_dict(data["calibration"], learned)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        log.warning("measuring again: unreadable calibration %s (%s)", path, err)
+        return None
+
+
+def _write(path: Path, loaded: LoadedModel, calibration: Calibration, learned: dict[str, tuple[float, float]]) -> None:
+    write_json_atomic(path, {"key": calibration_key(loaded), "calibration": calibration.as_dict(),
+                             "learned": {k: list(v) for k, v in learned.items()}})
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name} ({torch.backends.cpu.get_cpu_capability()})"

@@ -1,0 +1,80 @@
+"""Auto's calibration of a loaded model: measured once, cached per machine set-up, dtype by measurement."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from core import calibration as cal
+from core.models import LoadOptions, ModelSource, load_model
+from core.progress import CancelToken
+
+
+def test_calibration_is_measured_once_then_read_from_the_cache(tiny_loaded, app_paths) -> None:
+    stages: list[float] = []
+    first = cal.ensure_calibrated(tiny_loaded, app_paths, lambda stage, f: stages.append(f))
+    path = cal.calibration_path(app_paths, tiny_loaded)
+    assert first is not None and path.is_file() and stages[-1] == 1.0
+    assert tiny_loaded.calibration is first and tiny_loaded.chooser is not None
+    stored = json.loads(path.read_text())
+    assert stored["key"]["threads"] == torch.get_num_threads() and stored["key"]["torch"] == torch.__version__
+    stages.clear()
+    second = cal.ensure_calibrated(tiny_loaded, app_paths, lambda stage, f: stages.append(f))
+    assert stages == [] and second.curve == first.curve  # from the cache: nothing measured
+
+
+def test_any_change_of_the_key_measures_again(tiny_loaded, app_paths) -> None:
+    before = cal.calibration_path(app_paths, tiny_loaded)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if threads != 1 else 2)
+        assert cal.calibration_path(app_paths, tiny_loaded) != before
+    finally:
+        torch.set_num_threads(threads)
+    tiny_loaded.quantization = "4bit"
+    assert cal.calibration_path(app_paths, tiny_loaded) != before
+
+
+def test_cpu_dtype_auto_keeps_the_dtype_whose_plain_step_is_faster(tiny_model_folder, app_paths) -> None:
+    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
+    assert loaded.dtype == torch.float32 and loaded.requested_dtype == "auto"
+    calibration = cal.ensure_calibrated(loaded, app_paths)
+    assert set(calibration.dtype_seconds) == {"float32", "bfloat16"}
+    faster = min(calibration.dtype_seconds, key=calibration.dtype_seconds.get)
+    assert str(loaded.dtype) == f"torch.{faster}" == f"torch.{calibration.dtype}"
+    assert loaded.model.get_input_embeddings().weight.dtype == loaded.dtype
+    # the next start loads fp32 again and converts from the cache, without measuring
+    again = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
+    cal.ensure_calibrated(again, app_paths, lambda stage, f: (_ for _ in ()).throw(AssertionError("measured again")))
+    assert again.dtype == loaded.dtype
+
+
+def test_an_explicit_dtype_is_kept(tiny_loaded, app_paths) -> None:
+    calibration = cal.ensure_calibrated(tiny_loaded, app_paths)
+    assert tiny_loaded.requested_dtype == "fp32" and tiny_loaded.dtype == torch.float32
+    assert calibration.dtype_seconds == {}
+
+
+def test_cancelled_calibration_leaves_auto_plain_and_measures_next_time(tiny_loaded, app_paths) -> None:
+    cancel = CancelToken()
+    cancel.cancel()
+    assert cal.ensure_calibrated(tiny_loaded, app_paths, cancel=cancel) is None
+    assert tiny_loaded.chooser is None and not cal.calibration_path(app_paths, tiny_loaded).exists()
+
+
+def test_an_unreadable_cache_is_measured_again(tiny_loaded, app_paths) -> None:
+    path = cal.calibration_path(app_paths, tiny_loaded)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"calibration": {"curve": {"sizes": [1], "seconds": [-1]}}}')
+    assert cal.ensure_calibrated(tiny_loaded, app_paths) is not None
+    assert json.loads(path.read_text())["calibration"]["curve"]["seconds"][0] > 0
+
+
+def test_answers_measurements_are_kept_for_the_next_start(tiny_loaded, app_paths) -> None:
+    cal.ensure_calibrated(tiny_loaded, app_paths)
+    cal.save_tokens_per_step(tiny_loaded, app_paths, {"W0 N3 G1": (2.5, 1.8)})
+    tiny_loaded.calibration = tiny_loaded.chooser = None
+    restored = cal.ensure_calibrated(tiny_loaded, app_paths)
+    estimate = next(e for e in restored.estimates if e.label == "W0 N3 G1")
+    assert (estimate.tokens_per_step, estimate.fed_tokens) == (2.5, 1.8)
