@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="stream one answer to stdout")
     ask.add_argument("prompt")
     _model_arguments(ask)
-    ask.add_argument("--mode", choices=("plain", "lookahead"), help="decoding mode (default: from settings)")
+    ask.add_argument("--mode", choices=("auto", "plain", "lookahead"),
+                     help="decoding mode (default: from settings; auto: the fastest exact decoding measured here)")
     ask.add_argument("--max-new-tokens", type=int, help="answer length limit (default: from settings)")
     ask.add_argument("--stats", action="store_true", help="print tokens/s and tokens per step to stderr")
 
@@ -59,14 +60,17 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--suites", default="code,chat,math", help="comma-separated suites from resources/bench")
     bench.add_argument("--limit", type=int, default=0, help="prompts per suite (0: all)")
     bench.add_argument("--max-new-tokens", type=int, default=128)
-    bench.add_argument("--configs", default="auto", help="lookahead settings: 'auto' or W:N:G, comma-separated")
+    bench.add_argument("--configs", default="auto", help="'auto' (the app's Auto) and/or fixed lookahead W:N:G, comma-separated")
+    bench.add_argument("--dtypes", default="", help="dtypes to run plain decoding in, comma-separated (default on the CPU with "
+                       "dtype auto: fp32,bf16, as Auto chooses between them); the fastest is the baseline")
+    bench.add_argument("--repetition-penalty", type=float, default=1.0, help="applied by every method (the chat default is 1.1)")
     bench.add_argument("--prompt-pool", choices=("on", "off", "both"), default="on",
                        help="seed the lookahead n-gram pool with the prompt (off: pool_from_prompt=False)")
     bench.add_argument("--no-peers", action="store_true", help="skip model.generate and prompt-lookup runs")
     bench.add_argument("--conversation-pool", action="store_true", help="also run lookahead with message-only and conversation pools")
     bench.add_argument("--out", default="bench-results", help="folder for the JSON file and the PNG chart")
     bench.add_argument("--overhead", action="store_true", help="only profile the time spent outside the forward pass")
-    tune = sub.add_parser("tune", help="measure this device and pick the fastest lookahead setting for 'Auto'")
+    tune = sub.add_parser("tune", help="measure every setting's tokens per step for this model (Auto's deeper search)")
     _model_arguments(tune)
     tune.add_argument("--prompts", type=int, default=4, help="prompts per suite used to measure acceptance")
     return parser

@@ -64,17 +64,27 @@ def load_from_args(args: argparse.Namespace, paths: AppPaths):
     return settings, load_model(source, options, paths.ensure(), _progress_printer(f"{source.display_name}: "))
 
 
+def calibrate_loaded(loaded, paths: AppPaths):
+    """Auto's calibration for a loaded model (cached per machine set-up), with a progress line."""
+    from core.calibration import ensure_calibrated
+
+    return ensure_calibrated(loaded, paths.ensure(), _progress_printer())
+
+
 def ask(args: argparse.Namespace, paths: AppPaths) -> int:
+    from core.calibration import save_learned
     from core.chat.answer import Answer
     from core.chat.prompt import Message
-    from core.tuning import lookahead_for
+    from core.tuning import decoding_plan
 
     settings, loaded = load_from_args(args, paths)
+    calibrate_loaded(loaded, paths)
     mode = args.mode or settings.mode
     messages = [Message("system", settings.system_prompt), Message("user", args.prompt)] if settings.system_prompt else [Message("user", args.prompt)]
-    config = lookahead_for(settings.lookahead, loaded, paths) if mode == "lookahead" else None
+    plan = decoding_plan(mode, settings.lookahead, loaded)
     try:
-        answer = Answer(loaded, messages, lookahead=config, max_new_tokens=args.max_new_tokens or settings.sampling.max_new_tokens,
+        answer = Answer(loaded, messages, lookahead=plan.lookahead, chooser=plan.chooser,
+                        max_new_tokens=args.max_new_tokens or settings.sampling.max_new_tokens,
                         stop_strings=settings.sampling.stop_strings, sampling=settings.sampling)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -83,10 +93,14 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
         sys.stdout.write(delta.text)
         sys.stdout.flush()
     sys.stdout.write("\n")
+    save_learned(loaded, paths)
     if args.stats:
         s = answer.stats
-        label = config.label if config else "plain"
-        print(f"{s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, {s.tokens_per_step:.2f} tokens/step ({label})", file=sys.stderr)
+        ran = f"auto: {s.settings_summary}" if plan.chooser is not None else plan.label
+        dtype = str(loaded.dtype).removeprefix("torch.")
+        print(f"{s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, {s.tokens_per_step:.2f} tokens/step ({ran}; {dtype})", file=sys.stderr)
+        if mode == "auto" and loaded.calibration is not None:
+            print(loaded.calibration.reason, file=sys.stderr)
     return 0
 
 
@@ -97,51 +111,76 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from pathlib import Path
 
     from core.bench.report import markdown_table, report_json, summarize
-    from core.bench.runner import BenchRunner, Method, standard_methods
+    from core.bench.runner import AUTO, PLAIN_LOOP, REFERENCE, BenchRunner, Method
     from core.bench.suites import load_suite
-    from core.lookahead.config import LookaheadConfig
-    from core.tuning import lookahead_for
+    from core.lookahead.auto import AutoChooser, calibrate, calibrate_dtypes
 
     try:
         suites = [load_suite(name.strip(), args.limit) for name in args.suites.split(",") if name.strip()]
+        dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()] if args.dtypes else []
+        if any(d not in ("fp32", "bf16", "fp16") for d in dtypes):
+            raise ValueError(f"--dtypes takes fp32, bf16 and fp16, comma-separated (got {args.dtypes!r})")
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    fixed: list[LookaheadConfig | None] = []  # None stands for 'auto', resolved once the model is loaded
-    for spec in (s.strip() for s in args.configs.split(",")):
+    specs = [s.strip() for s in args.configs.split(",") if s.strip()]
+    fixed = []
+    for spec in specs:
         try:
-            fixed.append(None if spec == "auto" else _parse_config(spec))
+            if spec != "auto":
+                fixed.append(_parse_config(spec))
         except ValueError as err:
             print(f"error: bad --configs entry '{spec}': give 'auto' or W:N:G such as 7:5:7 ({err}).", file=sys.stderr)
             return 1
     settings, loaded = load_from_args(args, paths)
-    configs: list[tuple[str, LookaheadConfig]] = []
-    for config in fixed:
-        if config is None:
-            config = lookahead_for(replace(settings.lookahead, auto=True), loaded, paths)
-            configs.append((f"lookahead auto ({config.label})", config))
-        else:
-            configs.append((f"lookahead {config.label}", config))
-    if args.overhead:
-        return _overhead(loaded, suites, configs)
-    methods = standard_methods(configs if args.prompt_pool != "off" else [], peers=not args.no_peers)
-    if args.prompt_pool != "on":
-        methods += [Method(f"{name} no prompt pool", "loop", c, pool="none") for name, c in configs]
+    if not dtypes and loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none":
+        dtypes = ["fp32", "bf16"]  # what the app's Auto chooses between on the CPU
+    runner = BenchRunner(loaded, args.max_new_tokens, extra_dtypes=dtypes, repetition_penalty=args.repetition_penalty)
+    names = list(runner.models)
+    tag = (lambda d: f" [{d}]") if len(names) > 1 else (lambda d: "")
+    calibration = None
+    if "auto" in specs:
+        start = time.perf_counter()
+        calibration = calibrate_dtypes(runner.models) if len(names) > 1 else calibrate(loaded.model)
+        runner.chooser = AutoChooser(calibration)
+        print(f"{calibration.reason}; dtype {calibration.dtype_label}; calibration {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    run_dtype = calibration.dtype_label if calibration else names[0]
+    methods: list[Method] = []
+    for d in names:
+        if not args.no_peers:
+            methods.append(Method(REFERENCE + tag(d), "generate", dtype=d))
+        methods.append(Method(PLAIN_LOOP + tag(d), "loop", dtype=d))
+    if calibration is not None:
+        methods.append(Method(AUTO + tag(run_dtype), AUTO))
+    pools = {"on": ["prompt"], "off": ["none"], "both": ["prompt", "none"]}[args.prompt_pool]
     if args.conversation_pool:
-        methods += [Method(f"{name} message pool", "loop", c, pool="message") for name, c in configs]
-        methods += [Method(f"{name} conversation pool", "loop", c, pool="conversation") for name, c in configs]
-    runner = BenchRunner(loaded, args.max_new_tokens)
+        pools += ["message", "conversation"]
+    for config in fixed:
+        for pool in pools:
+            suffix = "" if pool == "prompt" else f" {pool} pool" if pool != "none" else " no prompt pool"
+            methods.append(Method(f"lookahead {config.label}{suffix}{tag(run_dtype)}", "loop", config, pool=pool, dtype=run_dtype))
+    if not args.no_peers:
+        methods.append(Method(f"prompt lookup {10}{tag(run_dtype)}", "prompt_lookup", dtype=run_dtype))
+    if args.overhead:
+        return _overhead(loaded, suites, [(m.name, m.lookahead) for m in methods if m.lookahead is not None])
     runner.warm_up(methods)
     start = time.perf_counter()
     results = runner.run(suites, methods, _progress_printer("bench: "))
-    rows = summarize(results)
-    title = f"{loaded.name}, {loaded.device_info.label}, {str(loaded.dtype).removeprefix('torch.')}, {args.max_new_tokens} new tokens"
+    rows = summarize(results, REFERENCE + tag(names[0]), PLAIN_LOOP + tag(names[0]))
+    penalty = f", repetition penalty {args.repetition_penalty}" if args.repetition_penalty != 1.0 else ""
+    import torch
+
+    title = (f"{loaded.name}, {loaded.device_info.label}, {'/'.join(names)}, {torch.get_num_threads()} threads, "
+             f"{args.max_new_tokens} new tokens{penalty}")
     print(markdown_table(rows, title))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtype": str(loaded.dtype),
-            "max_new_tokens": args.max_new_tokens, "seconds": time.perf_counter() - start,
-            "suites": [s.name for s in suites], "methods": [m.name for m in methods]}
+    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtypes": names, "threads": torch.get_num_threads(),
+            "max_new_tokens": args.max_new_tokens, "repetition_penalty": args.repetition_penalty,
+            "seconds": time.perf_counter() - start, "suites": [s.name for s in suites], "methods": [m.name for m in methods],
+            "calibration": calibration.as_dict() if calibration else None,
+            "auto_rates": runner.chooser.rates() if runner.chooser else None,
+            "auto_learned": {k: list(v) for k, v in runner.chooser.learned().items()} if runner.chooser else None}
     (out / "bench.json").write_text(json.dumps(report_json(rows, results, meta), indent=1))
     _save_chart(rows, out / "bench.png")
     print(f"Wrote {out / 'bench.json'} and {out / 'bench.png'}.", file=sys.stderr)
@@ -185,22 +224,23 @@ def _save_chart(rows, path) -> None:
 
 
 def tune(args: argparse.Namespace, paths: AppPaths) -> int:
-    """Tune 'Auto' for the current model, dtype and device; print the measured table."""
-    from core.tuning import STEP_SIZES, profile_path, tune as run_tune
+    """Measure every setting's tokens per step on the suites for this model; Auto predicts from them."""
+    from core.tuning import estimate_table, tune as run_tune
 
     _, loaded = load_from_args(args, paths)
-    profile = run_tune(loaded, paths.ensure(), prompts_per_suite=args.prompts, progress=_progress_printer("tune: "))
-    base = profile.step_seconds[0]
-    print(f"Step cost on {profile.device}, {profile.model}, {profile.dtype} (relative to a 1-token step of {base * 1000:.1f} ms):")
-    print("| tokens fed | " + " | ".join(str(s) for s in STEP_SIZES) + " |")
-    print("|---|" + "---:|" * len(STEP_SIZES))
-    print("| cost | " + " | ".join(f"{t / base:.2f}" for t in profile.step_seconds) + " |")
+    if calibrate_loaded(loaded, paths) is None:
+        print("error: the calibration was cancelled; run tune again.", file=sys.stderr)
+        return 1
+    calibration = run_tune(loaded, paths.ensure(), prompts_per_suite=args.prompts, progress=_progress_printer("tune: "))
+    curve = calibration.curve
+    base = curve.seconds[0]
+    print(f"Step cost on {loaded.device_info.label}, {loaded.name}, {calibration.dtype} (relative to a 1-token step of {base * 1000:.1f} ms):")
+    print("| tokens fed | " + " | ".join(str(s) for s in curve.sizes) + " |")
+    print("|---|" + "---:|" * len(curve.sizes))
+    print("| cost | " + " | ".join(f"{t / base:.2f}" for t in curve.seconds) + " |")
     print()
-    print("| W | N | G | tokens/step | tokens fed/step | expected speed-up |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for c in sorted(profile.candidates, key=lambda c: -c.expected_speedup):
-        print(f"| {c.window} | {c.ngram} | {c.guesses} | {c.tokens_per_step:.2f} | {c.mean_step_size:.1f} | {c.expected_speedup:.2f}x |")
-    print(f"\nAuto now uses {profile.best.config.label}; profile saved to {profile_path(paths, loaded)}.")
+    print(estimate_table(calibration.estimates))
+    print(f"\n{calibration.reason}.")
     return 0
 
 

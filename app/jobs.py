@@ -23,6 +23,7 @@ class ModelInfo:
     context_length: int
     parameters: int
     load_seconds: float
+    auto_reason: str = ""  # what Auto runs on this machine and why
 
     @property
     def precision(self) -> str:
@@ -36,7 +37,7 @@ class AnswerRequest:
 
     conversation_id: int
     messages: tuple[Message, ...]
-    mode: str  # "plain" or "lookahead"
+    mode: str  # "auto", "plain" or "lookahead"
     lookahead: LookaheadSettings
     sampling: SamplingSettings
     cancel: CancelToken

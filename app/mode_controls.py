@@ -1,4 +1,4 @@
-"""Toolbar controls: the model label, the Plain/Lookahead toggle and the lookahead settings popup."""
+"""Toolbar controls: the Auto / Plain / Lookahead toggle and the lookahead settings popup."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ class LookaheadEditor(QWidget):
 
     def __init__(self, settings: LookaheadSettings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.auto = QCheckBox("Auto (tuned for this model and device)")
-        self.window = QSpinBox(minimum=1, maximum=64, toolTip="W: Jacobi columns guessed in parallel")
+        self.auto = QCheckBox("Best measured on this machine")
+        self.window = QSpinBox(minimum=0, maximum=64, toolTip="W: Jacobi columns guessed in parallel (0: verification only)")
         self.ngram = QSpinBox(minimum=2, maximum=16, toolTip="N: n-gram size; a step emits at most N tokens")
         self.guesses = QSpinBox(minimum=0, maximum=64, toolTip="G: n-gram candidates verified per step")
         form = QFormLayout(self)
@@ -65,19 +65,25 @@ class LookaheadEditor(QWidget):
 
 
 class ModeControls(QWidget):
-    """( Plain | Lookahead ) and the lookahead button; changes apply to the next answer."""
+    """( Auto | Plain | Lookahead ) and the lookahead button; changes apply to the next answer.
+
+    Auto runs whatever decodes fastest on this machine, plain decoding included, and says why in
+    the status bar; Lookahead always runs lookahead with the settings of the popup.
+    """
 
     mode_changed = Signal(str)
     lookahead_changed = Signal(object)  # LookaheadSettings
 
     def __init__(self, mode: str, lookahead: LookaheadSettings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.plain = QToolButton(text="Plain", checkable=True, toolTip="Plain decoding, one token per step (Ctrl+L toggles)")
-        self.lookahead = QToolButton(text="Lookahead", checkable=True, toolTip="Lookahead decoding (Ctrl+L toggles)")
+        self.auto = QToolButton(text="Auto", checkable=True, toolTip="The fastest exact decoding measured on this machine (Ctrl+L cycles)")
+        self.plain = QToolButton(text="Plain", checkable=True, toolTip="Plain decoding, one token per step (Ctrl+L cycles)")
+        self.lookahead = QToolButton(text="Lookahead", checkable=True, toolTip="Lookahead decoding (Ctrl+L cycles)")
+        self._buttons = {"auto": self.auto, "plain": self.plain, "lookahead": self.lookahead}
         self.group = QButtonGroup(self, exclusive=True)
-        self.group.addButton(self.plain)
-        self.group.addButton(self.lookahead)
-        self.settings_button = QToolButton(toolTip="Lookahead settings: Auto, or W, N, G")
+        for button in self._buttons.values():
+            self.group.addButton(button)
+        self.settings_button = QToolButton(toolTip="Lookahead settings: the best measured here, or W, N, G")
         self.settings_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.editor = LookaheadEditor(lookahead)
         menu = QMenu(self.settings_button)
@@ -88,26 +94,28 @@ class ModeControls(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        layout.addWidget(self.plain)
-        layout.addWidget(self.lookahead)
+        for button in self._buttons.values():
+            layout.addWidget(button)
         layout.addSpacing(6)
         layout.addWidget(self.settings_button)
         self.set_mode(mode)
         self._show_lookahead(lookahead)
-        self.plain.toggled.connect(lambda on: on and self._mode("plain"))
-        self.lookahead.toggled.connect(lambda on: on and self._mode("lookahead"))
+        for name, button in self._buttons.items():
+            button.toggled.connect(lambda on, name=name: on and self._mode(name))
         self.editor.changed.connect(self._lookahead)
 
     @property
     def mode(self) -> str:
-        return "lookahead" if self.lookahead.isChecked() else "plain"
+        return next(name for name, button in self._buttons.items() if button.isChecked())
 
     def set_mode(self, mode: str) -> None:
-        (self.lookahead if mode == "lookahead" else self.plain).setChecked(True)
+        self._buttons.get(mode, self.auto).setChecked(True)
         self.settings_button.setEnabled(mode == "lookahead")
 
     def toggle(self) -> None:
-        self.set_mode("plain" if self.mode == "lookahead" else "lookahead")
+        """Cycle Auto -> Plain -> Lookahead -> Auto."""
+        names = list(self._buttons)
+        self.set_mode(names[(names.index(self.mode) + 1) % len(names)])
 
     def _mode(self, mode: str) -> None:
         self.settings_button.setEnabled(mode == "lookahead")
@@ -118,4 +126,4 @@ class ModeControls(QWidget):
         self.lookahead_changed.emit(settings)
 
     def _show_lookahead(self, settings: LookaheadSettings) -> None:
-        self.settings_button.setText("Auto" if settings.auto else settings.fixed.label)
+        self.settings_button.setText("Best" if settings.auto else settings.fixed.label)

@@ -19,7 +19,8 @@ class FiguresBar(QStatusBar):
         self.rate = QLabel("")
         self.step = QLabel("")
         self.context = QLabel("")
-        for label in (self.device, self.state, self.rate, self.step):
+        self.auto = QLabel("")
+        for label in (self.device, self.state, self.rate, self.step, self.auto):
             self.addWidget(label)
         self.addPermanentWidget(self.context)
 
@@ -30,6 +31,8 @@ class FiguresBar(QStatusBar):
             return
         prefix = "GPU: " if info.device_kind == "cuda" else ""
         self.device.setText(f"{prefix}{info.device_label} · {info.precision}")
+        self.auto.setText(info.auto_reason)
+        self.auto.setToolTip("What Auto runs, from a short measurement of this machine made once per model, dtype and thread count")
         self.set_context(0, info.context_length)
 
     def set_device_label(self, label: str, kind: str, precision: str) -> None:

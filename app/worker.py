@@ -136,6 +136,7 @@ class ModelWorker(QObject):
         log.info("model worker stopped")
 
     def _load(self, job: _Load) -> None:
+        from core.calibration import ensure_calibrated
         from core.models import ModelError, load_model
         from core.models.device import NAME_BY_DTYPE
 
@@ -152,12 +153,18 @@ class ModelWorker(QObject):
 
         try:
             loaded = load_model(job.source, job.options, self.paths.ensure(), progress, job.cancel)
+            # Cancel during the measurement keeps the model: Auto then decodes plain until the next load.
+            ensure_calibrated(loaded, self.paths, progress, job.cancel)
         except ModelError as err:
             self.load_failed.emit(str(err))
             return
         except Exception as err:  # a bug or an unexpected library error must not kill the worker
             log.exception("model load failed")
             self.load_failed.emit(f"Loading the model failed unexpectedly: {err}. Check the model files or choose another model.")
+            return
+        with self._lock:
+            superseded = job.cancel.cancelled and job.cancel not in self._tokens
+        if superseded:  # a newer load was queued while this one measured: it replaces this model
             return
         self._loaded = loaded
         self.model_loaded.emit(
@@ -170,6 +177,7 @@ class ModelWorker(QObject):
                 loaded.context_length,
                 loaded.parameters,
                 loaded.load_seconds,
+                loaded.calibration.reason if loaded.calibration else "Auto: plain (the measurement was cancelled; it runs at the next load)",
             )
         )
 
@@ -187,21 +195,24 @@ class ModelWorker(QObject):
         import torch
 
         from core.chat.answer import Answer
+        from core.calibration import save_learned
         from core.models.device import describe_device
-        from core.tuning import lookahead_for
+        from core.tuning import decoding_plan
 
         request, loaded = job.request, self._loaded
         if loaded is None:
             self._fail(job.job_id, "No model is loaded. Wait for the model to load, or choose one in Settings.")
             return
-        config = lookahead_for(request.lookahead, loaded, self.paths) if request.mode == "lookahead" else None
-        mode = f"lookahead {config.label}" if config else "plain"
-        pool = self._pools.pool_for(request.conversation_id, config) if config else None
+        plan = decoding_plan(request.mode, request.lookahead, loaded)
+        mode = plan.label
+        shape = plan.pool_shape
+        pool = self._pools.pool_for(request.conversation_id, *shape) if shape else None
         try:
             answer = Answer(
                 loaded,
                 list(request.messages),
-                lookahead=config,
+                lookahead=plan.lookahead,
+                chooser=plan.chooser,
                 max_new_tokens=request.sampling.max_new_tokens,
                 stop_strings=request.sampling.stop_strings,
                 pool=pool,
@@ -232,6 +243,9 @@ class ModelWorker(QObject):
         except Exception as err:
             log.exception("generation failed")
             error = f"The answer stopped because of an error ({type(err).__name__}: {err}); the text so far is kept."
+        if plan.chooser is not None:
+            mode = f"auto: {answer.stats.settings_summary}" if answer.stats.setting_tokens else mode
+            save_learned(loaded, self.paths)
         figures = AnswerFigures.from_stats(mode, answer.stats)
         if pending:
             self.answer_delta.emit(job.job_id, "".join(pending), figures)

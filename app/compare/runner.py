@@ -20,7 +20,7 @@ from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import CancelToken
 from core.settings import Settings
-from core.tuning import lookahead_for
+from core.tuning import decoding_plan
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class CompareRunner(QObject):
         """Start a comparison of ``prompt`` with the settings' lookahead parameters."""
 
         def job(loaded: LoadedModel) -> None:
-            request = CompareRequest(prompt, settings.system_prompt, lookahead_for(settings.lookahead, loaded, self.paths),
+            request = CompareRequest(prompt, settings.system_prompt, decoding_plan("lookahead", settings.lookahead, loaded).lookahead,
                                      max_new_tokens, repeats, conversation_id)
             run = ComparisonRun(loaded, request, cancel, warm_up=id(loaded.model) not in self._warmed)
             self._warmed.add(id(loaded.model))
@@ -85,7 +85,7 @@ class CompareRunner(QObject):
         """Run the built-in suites (the first ``limit`` prompts of each), plain loop vs lookahead."""
 
         def job(loaded: LoadedModel) -> None:
-            config = lookahead_for(settings.lookahead, loaded, self.paths)
+            config = decoding_plan("lookahead", settings.lookahead, loaded).lookahead
             rows = run_suites(loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=cancel)
             self.suites_done.emit(rows)
 

@@ -1,11 +1,14 @@
-"""Run benchmark methods over suites on one loaded model, alternating their order, and record results.
+"""Run benchmark methods over suites on one model (in one or more dtypes), alternating their order.
 
-Every method answers the same prompts; a conversation's later turns use the reference (plain
-``model.generate``) answers so that all methods see identical prompts.
+Every method answers the same prompts and is timed the same way: wall clock around the whole
+call, after a device sync, warm-up excluded; steps are counted as forward passes, for
+``model.generate`` and prompt lookup too. A conversation's later turns use the reference (plain
+``model.generate`` in the first dtype) answers so that all methods see identical prompts.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +21,8 @@ from core.bench.suites import Suite
 from core.chat.answer import eos_token_ids
 from core.chat.prompt import Message, encode_messages
 from core.lookahead import Decoding, LookaheadConfig, NGramPool
+from core.lookahead.auto import AutoChooser
+from core.lookahead.sampling import SamplingConfig, TokenPolicy
 from core.lookahead.stats import device_sync
 from core.models.loader import LoadedModel
 from core.progress import CancelToken, ProgressCallback, no_progress
@@ -25,6 +30,7 @@ from core.progress import CancelToken, ProgressCallback, no_progress
 PROMPT_LOOKUP_TOKENS = 10
 REFERENCE = "generate"
 PLAIN_LOOP = "plain loop"
+AUTO = "auto"
 BENCH_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
@@ -33,18 +39,26 @@ class Method:
     """One way of decoding.
 
     Attributes:
-        name: shown in reports ("generate", "plain loop", "lookahead W7 N5 G7", ...).
+        name: shown in reports ("generate", "plain loop", "lookahead W7 N5 G7", "auto", ...).
         kind: ``generate`` (transformers greedy), ``prompt_lookup`` (transformers prompt lookup),
-            or ``loop`` (our decoder; plain when ``lookahead`` is None).
+            ``loop`` (our decoder; plain when ``lookahead`` is None) or ``auto`` (our decoder with
+            Auto's chooser, kept across the run's answers as the app keeps it).
         pool: for lookahead, what seeds the n-gram pool: ``prompt`` (the whole prompt),
             ``none``, ``message`` (the last user message only), or ``conversation`` (the whole
             conversation, and the pool is kept across the conversation's turns).
+        dtype: which of the runner's models runs it (``None``: the first).
     """
 
     name: str
     kind: str
     lookahead: LookaheadConfig | None = None
     pool: str = "prompt"
+    dtype: str | None = None
+
+    @property
+    def plain(self) -> bool:
+        """A plain decoding (one token per step): a candidate for the 'fastest plain' baseline."""
+        return self.kind == "generate" or (self.kind == "loop" and self.lookahead is None)
 
 
 @dataclass
@@ -58,8 +72,10 @@ class RunResult:
     seconds: float
     time_to_first_token: float
     identical: bool
+    plain: bool = False
     step_seconds: list[float] = field(default_factory=list)
     step_tokens: list[int] = field(default_factory=list)
+    settings: dict[str, int] = field(default_factory=dict)  # tokens per setting (auto)
 
 
 def standard_methods(configs: Sequence[tuple[str, LookaheadConfig]], peers: bool = True) -> list[Method]:
@@ -72,20 +88,59 @@ def standard_methods(configs: Sequence[tuple[str, LookaheadConfig]], peers: bool
     return methods
 
 
-class BenchRunner:
-    """Runs methods on one model; the first answer of each prompt from ``model.generate`` is the reference."""
+def dtype_name(model: Any) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
+        model.get_input_embeddings().weight.dtype, "other")
 
-    def __init__(self, loaded: LoadedModel, max_new_tokens: int = 128) -> None:
+
+class BenchRunner:
+    """Runs methods on one model; the first answer of each prompt from ``model.generate`` is the reference.
+
+    Args:
+        loaded: the model (its dtype is the first one).
+        max_new_tokens: answer length.
+        extra_dtypes: further dtypes to run methods in (the model is copied and cast once each).
+        repetition_penalty: applied by every method (1.1 is the chat default); 1.0 is plain greedy.
+        chooser: Auto's chooser for ``auto`` methods; it runs on the model of its calibration's dtype.
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        max_new_tokens: int = 128,
+        extra_dtypes: Sequence[str] = (),
+        repetition_penalty: float = 1.0,
+        chooser: AutoChooser | None = None,
+    ) -> None:
         self.loaded = loaded
         self.max_new_tokens = max_new_tokens
         self.eos = eos_token_ids(loaded)
+        self.repetition_penalty = repetition_penalty
+        self.chooser = chooser
+        self.models: dict[str, Any] = {dtype_name(loaded.model): loaded.model}
+        casts = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+        for name in extra_dtypes:
+            if name not in self.models:
+                self.models[name] = copy.deepcopy(loaded.model).to(casts[name])
         self._cancel = CancelToken()
+        self._forwards = 0
+        for model in self.models.values():
+            model.register_forward_pre_hook(self._count_forward)
+
+    @property
+    def first_dtype(self) -> str:
+        return next(iter(self.models))
 
     def warm_up(self, methods: Sequence[Method]) -> None:
         """Run each method once on a short prompt (first-call costs stay out of the timings)."""
         ids = encode_messages(self.loaded.tokenizer, [Message("user", "Say hello.")])
-        for method in methods:
-            self._run(method, ids, None, 8)
+        chooser = self.chooser
+        self.chooser = copy.deepcopy(chooser)  # warm-up steps must not teach the real chooser
+        try:
+            for method in methods:
+                self._run(method, ids, None, 8)
+        finally:
+            self.chooser = chooser
 
     def run(
         self,
@@ -109,24 +164,35 @@ class BenchRunner:
                 for turn, text in enumerate(prompt.turns):
                     messages.append(Message("user", text))
                     ids = encode_messages(self.loaded.tokenizer, messages)
-                    reference = self._generate(ids, self.max_new_tokens)[0]
+                    references: dict[str, list[int]] = {}
                     shift = index % len(methods)
                     for method in [*methods[shift:], *methods[:shift]]:
                         if self._cancel.cancelled:  # a run cut short by Stop is not a result
                             return results
+                        dtype = self._dtype_of(method)
+                        if dtype not in references:
+                            references[dtype] = self._generate(self.models[dtype], ids, self.max_new_tokens)[0]
+                            if self._cancel.cancelled:
+                                return results
                         pool = self._pool_for(method, pools, text)
                         tokens, stats = self._run(method, ids, pool, self.max_new_tokens)
                         if self._cancel.cancelled:
                             return results
                         results.append(
                             RunResult(suite.name, index, turn, method.name, len(tokens), stats["steps"], stats["seconds"],
-                                      stats["ttft"], tokens == reference, stats["step_seconds"], stats["step_tokens"])
+                                      stats["ttft"], tokens == references[dtype], method.plain, stats["step_seconds"],
+                                      stats["step_tokens"], stats.get("settings", {}))
                         )
-                    answer = self.loaded.tokenizer.decode(reference, skip_special_tokens=True)
-                    messages.append(Message("assistant", answer))
+                    first = references.get(self.first_dtype) or self._generate(self.loaded.model, ids, self.max_new_tokens)[0]
+                    messages.append(Message("assistant", self.loaded.tokenizer.decode(first, skip_special_tokens=True)))
                     done += 1
                     progress(f"{suite.name} {index + 1}/{len(suite.prompts)}", done / total)
         return results
+
+    def _dtype_of(self, method: Method) -> str:
+        if method.kind == AUTO and self.chooser is not None:
+            return self.chooser.calibration.dtype_label
+        return method.dtype or self.first_dtype
 
     def _pool_for(self, method: Method, pools: dict[str, NGramPool], user_text: str) -> NGramPool | None:
         cfg = method.lookahead
@@ -139,30 +205,43 @@ class BenchRunner:
         return pool
 
     def _run(self, method: Method, ids: list[int], pool: NGramPool | None, max_new: int) -> tuple[list[int], dict[str, Any]]:
-        if method.kind == "generate":
-            tokens, seconds = self._generate(ids, max_new)
-            return tokens, _uniform_stats(tokens, seconds)
-        if method.kind == "prompt_lookup":
-            tokens, seconds = self._generate(ids, max_new, prompt_lookup_num_tokens=PROMPT_LOOKUP_TOKENS)
-            return tokens, _uniform_stats(tokens, seconds)
+        model = self.models[self._dtype_of(method)]
+        if method.kind in ("generate", "prompt_lookup"):
+            extra = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if method.kind == "prompt_lookup" else {}
+            forwards = self._forwards
+            tokens, seconds = self._generate(model, ids, max_new, **extra)
+            return tokens, {"steps": self._forwards - forwards, "seconds": seconds, "ttft": 0.0, "step_seconds": [], "step_tokens": []}
         config = method.lookahead
         if config is not None and method.pool != "prompt":
             config = LookaheadConfig(config.window, config.ngram, config.guesses, pool_from_prompt=method.pool == "conversation", seed=config.seed)
-        decoding = Decoding(self.loaded.model, ids, lookahead=config, max_new_tokens=max_new, eos_token_ids=self.eos,
-                            pool=pool, cancel=self._cancel)
+        chooser = self.chooser if method.kind == AUTO else None
+        if method.kind == AUTO and chooser is None:
+            raise ValueError("an 'auto' method needs the runner's chooser (calibrate first)")
+        decoding = Decoding(model, ids, lookahead=config, chooser=chooser, max_new_tokens=max_new, eos_token_ids=self.eos,
+                            pool=pool, cancel=self._cancel, policy=self._policy())
+        device_sync(self.loaded.device)
+        start = time.perf_counter()
         for _ in decoding:
             pass
+        device_sync(self.loaded.device)
+        seconds = time.perf_counter() - start
         s = decoding.stats
         if pool is not None and method.pool == "conversation":
             pool.add_sequence(decoding.tokens)
         return decoding.tokens, {
-            "steps": s.steps, "seconds": s.total_seconds, "ttft": s.time_to_first_token,
-            "step_seconds": s.step_seconds, "step_tokens": s.step_tokens,
+            "steps": s.steps, "seconds": seconds, "ttft": s.time_to_first_token,
+            "step_seconds": s.step_seconds, "step_tokens": s.step_tokens, "settings": dict(s.setting_tokens),
         }
 
-    def _generate(self, ids: list[int], max_new: int, **extra: Any) -> tuple[list[int], float]:
-        model = self.loaded.model
+    def _policy(self) -> TokenPolicy | None:
+        if self.repetition_penalty == 1.0:
+            return None
+        return TokenPolicy(SamplingConfig(repetition_penalty=self.repetition_penalty).processors(), do_sample=False)
+
+    def _generate(self, model: Any, ids: list[int], max_new: int, **extra: Any) -> tuple[list[int], float]:
         input_ids = torch.tensor([ids], device=self.loaded.device)
+        if self.repetition_penalty != 1.0:
+            extra["repetition_penalty"] = self.repetition_penalty
         device_sync(self.loaded.device)
         start = time.perf_counter()
         out = model.generate(
@@ -173,6 +252,9 @@ class BenchRunner:
         device_sync(self.loaded.device)
         return out[0, len(ids):].tolist(), time.perf_counter() - start
 
+    def _count_forward(self, *_: Any) -> None:
+        self._forwards += 1
+
 
 class _Cancelled(StoppingCriteria):
     """Stops ``model.generate`` at the next token once the run is cancelled."""
@@ -182,9 +264,3 @@ class _Cancelled(StoppingCriteria):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         return torch.full((input_ids.shape[0],), self.cancel.cancelled, dtype=torch.bool, device=input_ids.device)
-
-
-def _uniform_stats(tokens: list[int], seconds: float) -> dict[str, Any]:
-    """generate() reports no steps: count one token per step (true for plain greedy)."""
-    return {"steps": len(tokens), "seconds": seconds, "ttft": 0.0, "step_seconds": [], "step_tokens": []}
-

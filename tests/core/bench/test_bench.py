@@ -33,13 +33,39 @@ def test_runner_compares_methods_on_identical_prompts(tiny_loaded) -> None:
         if r.method.startswith(("lookahead", "plain", "generate")):
             assert r.identical, r
         assert r.new_tokens > 0 and r.seconds > 0
+        if r.method == "generate":
+            assert r.steps == r.new_tokens and r.plain  # forward passes, counted
     rows = summarize(results)
     by = {(r.suite, r.method): r for r in rows}
     assert by[("code", "generate")].speedup == 1.0
     assert by[("code", "plain loop")].speedup_vs_loop == 1.0
+    fastest = by[("code", "generate")].fastest_plain
+    assert fastest in ("generate", "plain loop") and by[("code", fastest)].speedup_vs_fastest_plain == 1.0
+    assert all(r.speedup_vs_fastest_plain <= 1.0 for r in rows if r.method in ("generate", "plain loop"))
     assert by[("code", "lookahead W4 N4 G4")].tokens_per_step >= 1.0
     table = markdown_table(rows, "tiny")
     assert "| code | lookahead W4 N4 G4 |" in table and "| multiturn | lookahead conversation pool |" in table
+    assert "Fastest plain decoding per suite: code: " in table
+
+
+def test_runner_runs_each_dtype_and_auto_with_the_chat_repetition_penalty(tiny_loaded) -> None:
+    from core.lookahead.auto import AutoChooser, calibrate_dtypes
+
+    runner = BenchRunner(tiny_loaded, max_new_tokens=10, extra_dtypes=["bf16"], repetition_penalty=1.1)
+    assert set(runner.models) == {"fp32", "bf16"}
+    runner.chooser = AutoChooser(calibrate_dtypes(runner.models))
+    methods = [Method("plain loop [fp32]", "loop", dtype="fp32"), Method("plain loop [bf16]", "loop", dtype="bf16"),
+               Method("generate [bf16]", "generate", dtype="bf16"), Method("auto", "auto"),
+               Method("prompt lookup", "prompt_lookup")]
+    runner.warm_up(methods)
+    results = runner.run([load_suite("chat", 2)], methods)
+    assert all(r.identical for r in results if not r.method.startswith("prompt")), results
+    auto = [r for r in results if r.method == "auto"]
+    assert all(sum(r.settings.values()) == r.new_tokens - 1 for r in auto)
+    lookup = [r for r in results if r.method == "prompt lookup"]
+    assert all(1 <= r.steps <= r.new_tokens for r in lookup)
+    rows = summarize(results, "generate [bf16]", "plain loop [fp32]")
+    assert {r.fastest_plain for r in rows} <= {"plain loop [fp32]", "plain loop [bf16]", "generate [bf16]"}
 
 
 def test_runner_order_rotates_between_prompts(tiny_loaded) -> None:
@@ -55,10 +81,13 @@ def test_bench_command_writes_table_json_and_png(tiny_model_folder, app_paths, t
     code = main(["bench", "--model", str(tiny_model_folder), "--dtype", "fp32", "--suites", "math", "--limit", "2",
                  "--max-new-tokens", "8", "--configs", "auto,3:3:3", "--out", str(out)])
     assert code == 0
-    printed = capsys.readouterr().out
-    assert "| math | lookahead auto (" in printed and "| math | prompt lookup 10 |" in printed
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "| math | auto |" in printed and "| math | prompt lookup 10 |" in printed
+    assert "Auto: " in captured.err and "calibration" in captured.err
     data = json.loads((out / "bench.json").read_text())
-    assert {row["method"] for row in data["summary"]} >= {"generate", "plain loop", "lookahead W3 N3 G3"}
+    assert {row["method"] for row in data["summary"]} >= {"generate", "plain loop", "auto", "lookahead W3 N3 G3"}
+    assert data["meta"]["calibration"]["curve"]["sizes"][0] == 1
     assert all(run["identical"] for run in data["runs"] if not run["method"].startswith("prompt"))
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
