@@ -174,3 +174,27 @@ def test_unusable_history_file_is_reported_and_the_session_still_chats(tiny_sett
     assert "will not be kept" in window.notice.text
     ui.send(window, "Hello anyway")
     assert ui.stored(window)[-1].status == "complete"
+
+
+def test_damaged_history_is_set_aside_and_the_notice_stays_until_dismissed(tiny_settings, open_window, ui, app_paths) -> None:
+    tiny_settings(max_new_tokens=8)
+    path = app_paths.data_dir / "history.sqlite3"
+    old = HistoryStore(path)
+    conv = old.create_conversation("Long chat")
+    for i in range(60):
+        old.add_message(conv.id, "user", f"message {i} " + "x" * 500)
+    old.close()
+    damaged = path.read_bytes()[:8192]  # `head -c 8192 history.sqlite3` (issue 15)
+    path.write_bytes(damaged)
+    window = open_window()
+    [aside] = app_paths.data_dir.glob("history.damaged-*.sqlite3")
+    assert aside.read_bytes() == damaged
+    notice = window.notice.text
+    assert str(aside) in notice and "new, empty history" in notice
+    ui.send(window, "Hello after the damage")
+    assert window.notice.text == notice  # a new answer does not sweep it away
+    stored = HistoryStore(app_paths.data_dir / "history.sqlite3")  # saved in the new file, not in memory
+    assert [m.content for m in stored.messages(window.chat.current_id)][0] == "Hello after the damage"
+    stored.close()
+    window.notice.close_button.click()
+    assert window.notice.text == "" and not window.notice.isVisible()
