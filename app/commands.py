@@ -74,7 +74,7 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
     messages = [Message("system", settings.system_prompt), Message("user", args.prompt)] if settings.system_prompt else [Message("user", args.prompt)]
     config = lookahead_for(settings.lookahead, loaded, paths) if mode == "lookahead" else None
     try:
-        answer = Answer(loaded, messages, lookahead=config, max_new_tokens=args.max_new_tokens or settings.sampling.max_new_tokens,
+        answer = Answer(loaded, messages, lookahead=config, max_new_tokens=args.max_new_tokens if args.max_new_tokens is not None else settings.sampling.max_new_tokens,
                         stop_strings=settings.sampling.stop_strings, sampling=settings.sampling)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
