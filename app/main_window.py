@@ -334,6 +334,14 @@ class MainWindow(QMainWindow):
     def show_error(self, message: str) -> None:
         self.notice.show_message(message, "error")
 
+    def bring_to_front(self) -> None:
+        """Show the window on top (a second start of the app asked for it)."""
+        if self.isMinimized():
+            self.showNormal()
+        self.show()
+        self.raise_()
+        self.activateWindow()
+
     def show_help(self) -> None:
         HelpDialog(self).exec()
 
