@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ HISTORY_FILE = "history.sqlite3"
 STATUSES = ("complete", "generating", "stopped", "interrupted", "truncated")
 SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 DAMAGED_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+FENCE = re.compile(r"(`{3,}|~{3,})")  # a Markdown code fence at the start of a line
 
 # Migration i (1-based) brings the schema from version i-1 to version i. Never edit one that shipped.
 MIGRATIONS: tuple[str, ...] = (
@@ -257,9 +259,9 @@ class HistoryStore:
                 if m["stats"] and m["stats"].get("tokens_per_second"):
                     note += f", {m['stats']['tokens_per_second']:.1f} tok/s"
                 note += ")"
-            if m["status"] in ("stopped", "interrupted"):
+            if m["status"] in ("stopped", "interrupted", "truncated"):
                 note += f" [{m['status']}]"
-            parts.append(f"## {m['role'].title()}{note}\n\n{m['content']}\n")
+            parts.append(f"## {m['role'].title()}{note}\n\n{close_code_fence(m['content'])}\n")
         return "\n".join(parts)
 
     def _mark_interrupted(self) -> int:
@@ -320,6 +322,23 @@ def open_history(data_dir: Path) -> tuple[HistoryStore, str | None]:
         return HistoryStore(path), f"{note}; a new, empty history was started."
     except HistoryError as err:
         return HistoryStore(Path(":memory:")), f"{note}. A new one could not be started either: {err} Chats of this session will not be kept."
+
+
+def close_code_fence(text: str) -> str:
+    """``text`` with a code fence left open (an answer cut off inside a code block) closed again."""
+    fence = ""
+    for line in text.splitlines():
+        match = FENCE.match(line.strip())
+        if match is None:
+            continue
+        marker = match.group(1)
+        if not fence:
+            fence = marker
+        elif marker[0] == fence[0] and len(marker) >= len(fence) and line.strip() == marker:
+            fence = ""
+    if not fence:
+        return text
+    return text + ("" if text.endswith("\n") else "\n") + fence
 
 
 def _history_error(err: sqlite3.Error, path: Path) -> HistoryError:

@@ -75,7 +75,7 @@ def test_generation_crash_keeps_the_partial_answer_marked_interrupted(tiny_setti
     assert "simulated crash" in window.notice.text
     assert window.chat_view.messages[-1].status.text() == "interrupted"
     ui.send(window, "Still working?")  # the worker survived
-    assert ui.stored(window)[-1].status == "complete"
+    assert ui.stored(window)[-1].status == "truncated"  # ended normally, at the token limit
 
 
 def test_out_of_memory_keeps_the_text_and_suggests_what_to_do(tiny_settings, open_window, ui, forward_hook) -> None:
@@ -136,7 +136,7 @@ def test_full_disk_when_saving_is_shown_and_the_app_keeps_running(tiny_settings,
     assert window.composer.box.toPlainText().startswith("x x")  # the text is not lost
     connection.execute("PRAGMA max_page_count = 1073741823")
     ui.send(window, "Now it fits")
-    assert ui.stored(window)[-1].status == "complete"
+    assert ui.stored(window)[-1].status == "truncated"  # ended normally, at the token limit
 
 
 def test_context_overflow_leaves_out_old_turns_and_says_so(tiny_settings, open_window, ui) -> None:
@@ -173,7 +173,7 @@ def test_unusable_history_file_is_reported_and_the_session_still_chats(tiny_sett
     window = open_window()
     assert "will not be kept" in window.notice.text
     ui.send(window, "Hello anyway")
-    assert ui.stored(window)[-1].status == "complete"
+    assert ui.stored(window)[-1].status == "truncated"  # ended normally, at the token limit
 
 
 def test_damaged_history_is_set_aside_and_the_notice_stays_until_dismissed(tiny_settings, open_window, ui, app_paths) -> None:

@@ -171,3 +171,26 @@ def test_a_newer_history_is_never_moved_aside(tmp_path: Path) -> None:
     assert "newer version" in problem and "will not be kept" in problem
     assert store.path == Path(":memory:")
     assert [p.name for p in tmp_path.iterdir()] == [HISTORY_FILE]
+
+
+def test_export_closes_the_code_fence_of_a_cut_off_answer_and_marks_it(store: HistoryStore) -> None:
+    conv = store.create_conversation("Code")
+    store.add_message(conv.id, "user", "Write fib and a test")
+    store.add_message(conv.id, "assistant", "Here:\n\n```python\ndef fib(n):\n    if n < 2", status="truncated")
+    store.add_message(conv.id, "user", "And in JS?")
+    store.add_message(conv.id, "assistant", "~~~~js\nconst x = 1;\n~~~\n", status="stopped")
+    md = store.export_markdown(conv.id)
+    assert "## Assistant [truncated]\n\nHere:\n\n```python\ndef fib(n):\n    if n < 2\n```\n" in md
+    assert "## Assistant [stopped]\n\n~~~~js\nconst x = 1;\n~~~\n~~~~\n" in md
+    assert md.count("```") == 2 and "## User\n\nAnd in JS?" in md  # the next turn is not swallowed by a fence
+    assert store.messages(conv.id)[1].content.endswith("if n < 2")  # the stored text is unchanged
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "plain words", "```py\nx = 1\n```", "```\na\n```\n\n```\nb\n```\n", "``inline``", "```\n````\n"],
+)
+def test_export_leaves_closed_or_no_fences_alone(text: str) -> None:
+    from core.chat.history import close_code_fence
+
+    assert close_code_fence(text) == text
