@@ -185,7 +185,7 @@ class HistoryStore:
             "WHERE conversation_id = ? ORDER BY id",
             (conversation_id,),
         )
-        return [StoredMessage(*row[:7], json.loads(row[7]) if row[7] else None) for row in rows]
+        return [StoredMessage(*row[:7], _load_stats(row[7])) for row in rows]
 
     def add_message(
         self,
@@ -360,6 +360,15 @@ def _status(status: str) -> str:
     if status not in STATUSES:
         raise ValueError(f"message status must be one of {', '.join(STATUSES)} (got {status!r})")
     return status
+
+
+def _load_stats(text: str | None) -> dict[str, Any] | None:
+    """An answer's saved figures; None when absent or unreadable (the text matters, the figures do not)."""
+    try:
+        stats = json.loads(text) if text else None
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return stats if isinstance(stats, dict) else None
 
 
 def _dump(stats: dict[str, Any] | None) -> str | None:

@@ -194,3 +194,12 @@ def test_export_leaves_closed_or_no_fences_alone(text: str) -> None:
     from core.chat.history import close_code_fence
 
     assert close_code_fence(text) == text
+
+
+def test_unreadable_figures_do_not_hide_the_message(store: HistoryStore) -> None:
+    conv = store.create_conversation("t")
+    message = store.add_message(conv.id, "assistant", "the text", stats={"tokens_per_second": 3.0})
+    for garbage in ("{not json", "[1, 2]", "7"):
+        store.connection.execute("UPDATE messages SET stats = ? WHERE id = ?", (garbage, message.id))
+        [read] = store.messages(conv.id)
+        assert (read.content, read.stats) == ("the text", None)
