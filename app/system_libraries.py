@@ -47,8 +47,13 @@ def missing_libraries(binary: Path) -> list[str]:
         out = subprocess.run([ldd, str(binary)], capture_output=True, text=True, timeout=LDD_TIMEOUT_S).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    missing = re.findall(r"^\s*(\S+) => not found", out, flags=re.MULTILINE)
-    return list(dict.fromkeys(missing))
+    return not_found(out)
+
+
+def not_found(ldd_output: str) -> list[str]:
+    """The system libraries ``ldd`` could not find, each once; Qt's own (shipped with the app) are left out."""
+    missing = re.findall(r"^\s*(\S+) => not found", ldd_output, flags=re.MULTILINE)
+    return [name for name in dict.fromkeys(missing) if not name.startswith("libQt6")]
 
 
 def debian_package(soname: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.single_instance import InstanceLock
-from app.system_libraries import debian_package, missing_libraries, uses_xcb, xcb_plugin
+from app.system_libraries import debian_package, missing_libraries, not_found, uses_xcb, xcb_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,6 +50,18 @@ def start_app() -> Iterator[Callable[..., subprocess.Popen[str]]]:
 )
 def test_debian_package_names(soname: str, package: str) -> None:
     assert debian_package(soname) == package
+
+
+def test_ldd_output_is_read_for_missing_system_libraries() -> None:
+    output = (
+        "\tlinux-vdso.so.1 (0x00007ffc)\n"
+        "\tlibQt6XcbQpa.so.6 => not found\n"
+        "\tlibxcb-icccm.so.4 => not found\n"
+        "\tlibxcb.so.1 => /lib/x86_64-linux-gnu/libxcb.so.1 (0x00007f)\n"
+        "\tlibxcb-icccm.so.4 => not found\n"
+        "\tlibxcb-cursor.so.0 => not found\n"
+    )
+    assert not_found(output) == ["libxcb-icccm.so.4", "libxcb-cursor.so.0"]  # a broken bundle is not an apt problem
 
 
 def test_which_platform_needs_the_xcb_check() -> None:
