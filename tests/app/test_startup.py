@@ -94,6 +94,18 @@ def test_the_lock_is_held_once_per_data_folder(tmp_path: Path, qtbot) -> None:
     second.release()
 
 
+def test_the_lock_of_a_crashed_window_is_taken_over(tmp_path: Path) -> None:
+    crash = (
+        "import os, sys; from pathlib import Path; from app.single_instance import InstanceLock; "
+        "lock = InstanceLock(Path(sys.argv[1])); assert lock.acquire(); os.kill(os.getpid(), 9)"
+    )
+    proc = subprocess.run([sys.executable, "-c", crash, str(tmp_path)], cwd=ROOT, capture_output=True, timeout=120)
+    assert proc.returncode == -9 and (tmp_path / "window.lock").exists()
+    lock = InstanceLock(tmp_path)
+    assert lock.acquire()
+    lock.release()
+
+
 def test_a_second_start_brings_the_window_forward_and_leaves_its_live_answer_alone(
     tiny_settings, open_window, app_paths, qtbot, start_app
 ) -> None:
