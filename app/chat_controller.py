@@ -1,7 +1,8 @@
-"""The chat's behaviour: send, stop, regenerate, edit and resend, streaming into the view and the history.
+"""The chat's behaviour: send, stop, regenerate, continue, edit and resend, streaming into the view and the history.
 
 The growing answer is saved about once a second; an answer that ends early is marked stopped (the
-user pressed Stop) or interrupted (an error, or the app closed mid-answer).
+user pressed Stop), truncated (it reached the token limit) or interrupted (an error, or the app
+closed mid-answer). Continue extends such an answer in place.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class LiveAnswer:
     message_id: int
     cancel: CancelToken
     job_id: int = 0
-    text: str = ""
+    prefix: str = ""  # the text already there when continuing a cut-off answer
+    text: str = ""  # the whole answer so far, prefix included
     saved_text: str = ""
     started_at: float = field(default_factory=time.monotonic)
     start: AnswerStart | None = None
@@ -103,6 +105,7 @@ class ChatController(QObject):
         composer.stop_requested.connect(self.stop)
         view.edit_requested.connect(self.edit_last)
         view.regenerate_requested.connect(self.regenerate)
+        view.continue_requested.connect(self.continue_answer)
 
     @property
     def busy(self) -> bool:
@@ -181,6 +184,18 @@ class ChatController(QObject):
             return
         self._answer()
 
+    def continue_answer(self) -> None:
+        """Extend the last answer from where it was cut off: the same message grows, and is saved as it does."""
+        index = len(self._ids) - 1
+        if self.busy or index < 0 or not self.view.messages[index].continuable:
+            return
+        widget = self.view.messages[index]
+        if not self._save(self._ids[index], widget.text, status="generating"):
+            return
+        widget.set_status("generating")
+        widget.set_note("")
+        self._start(self._ids[index], widget.text)
+
     def edit_last(self) -> None:
         """Put the last user message into the composer; Send replaces it and what followed."""
         index = self._last_index("user")
@@ -197,9 +212,6 @@ class ChatController(QObject):
 
     def _answer(self) -> None:
         assert self.current_id is not None
-        settings = self.settings()
-        history = [Message(m.role, m.content) for m in self.store.messages(self.current_id) if m.content or m.role == "user"]
-        messages = ([Message("system", settings.system_prompt)] if settings.system_prompt else []) + history
         try:
             stored = self.store.add_message(self.current_id, "assistant", "", status="generating")
         except HistoryError as err:
@@ -207,8 +219,16 @@ class ChatController(QObject):
             return
         widget = self._show(stored)
         widget.set_status("generating")
+        self._start(stored.id, "")
+
+    def _start(self, message_id: int, prefix: str) -> None:
+        """Generate into stored message ``message_id``, which holds ``prefix`` (the model continues it)."""
+        assert self.current_id is not None
+        settings = self.settings()
+        history = [Message(m.role, m.content) for m in self.store.messages(self.current_id) if m.content or m.role == "user"]
+        messages = ([Message("system", settings.system_prompt)] if settings.system_prompt else []) + history
         token = CancelToken()
-        self.live = LiveAnswer(self.current_id, stored.id, token)
+        self.live = LiveAnswer(self.current_id, message_id, token, prefix=prefix, text=prefix, saved_text=prefix)
         self.live.job_id = self.worker.generate(
             AnswerRequest(self.current_id, tuple(messages), settings.mode, settings.lookahead, settings.sampling, token)
         )
@@ -245,11 +265,13 @@ class ChatController(QObject):
         if live is None or job_id != live.job_id:
             return
         self.live = None
-        text = outcome.text or live.text
+        text = live.prefix + outcome.text if outcome.text else live.text
         if outcome.error:
             status = "interrupted"
         elif outcome.finish_reason == "cancelled":
             status = "stopped"
+        elif outcome.finish_reason == "length":
+            status = "truncated"
         else:
             status = "complete"
         widget = self._live_widget_for(live)

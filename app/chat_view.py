@@ -14,6 +14,7 @@ class ChatView(QScrollArea):
 
     edit_requested = Signal()
     regenerate_requested = Signal()
+    continue_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -60,6 +61,7 @@ class ChatView(QScrollArea):
         widget.set_status(status)
         widget.edit_requested.connect(self.edit_requested)
         widget.regenerate_requested.connect(self.regenerate_requested)
+        widget.continue_requested.connect(self.continue_requested)
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._messages.append(widget)
         self.placeholder.setVisible(False)
@@ -75,14 +77,14 @@ class ChatView(QScrollArea):
         self.set_busy(self._busy)
 
     def set_busy(self, busy: bool) -> None:
-        """Hide Edit and Regenerate while an answer is being generated."""
+        """Hide Edit, Regenerate and Continue while an answer is being generated."""
         self._busy = busy
         last_user = max((i for i, m in enumerate(self._messages) if m.role == "user"), default=-1)
         for i, widget in enumerate(self._messages):
             widget.edit_button.setVisible(not busy and i == last_user)
-            widget.regenerate_button.setVisible(
-                not busy and widget.role == "assistant" and i == len(self._messages) - 1
-            )
+            last_answer = not busy and widget.role == "assistant" and i == len(self._messages) - 1
+            widget.regenerate_button.setVisible(last_answer)
+            widget.continue_button.setVisible(last_answer and widget.continuable)
 
     def scroll_to_bottom(self) -> None:
         self._follow = True

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 from core.paths import AppPaths
 
+MAX_NEW_TOKENS = 32768  # the settings' limit
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
@@ -45,11 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = sub.add_parser("ask", help="stream one answer to stdout")
-    ask.add_argument("prompt")
+    ask.add_argument("prompt", type=_prompt_text)
     _model_arguments(ask)
     ask.add_argument("--mode", choices=("auto", "plain", "lookahead"),
                      help="decoding mode (default: from settings; auto: the fastest exact decoding measured here)")
-    ask.add_argument("--max-new-tokens", type=int, help="answer length limit (default: from settings)")
+    ask.add_argument("--max-new-tokens", type=_new_tokens, help="answer length limit (default: from settings)")
     ask.add_argument("--stats", action="store_true", help="print tokens/s and tokens per step to stderr")
 
     sub.add_parser("models", help="list known models")
@@ -59,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     _model_arguments(bench)
     bench.add_argument("--suites", default="code,chat,math", help="comma-separated suites from resources/bench")
     bench.add_argument("--limit", type=int, default=0, help="prompts per suite (0: all)")
-    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--max-new-tokens", type=_new_tokens, default=128)
     bench.add_argument("--configs", default="auto", help="'auto' (the app's Auto) and/or fixed lookahead W:N:G, comma-separated")
     bench.add_argument("--dtypes", default="", help="dtypes to run plain decoding in, comma-separated (default on the CPU with "
                        "dtype auto: fp32,bf16, as Auto chooses between them); the fastest is the baseline")
@@ -81,3 +83,20 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"))
     parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"))
     parser.add_argument("--quantization", choices=("auto", "none", "8bit", "4bit"))
+
+
+def _new_tokens(text: str) -> int:
+    """An answer length limit from 1 to :data:`MAX_NEW_TOKENS` (checked before any model loads)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a whole number of tokens (got {text!r})") from None
+    if not 1 <= value <= MAX_NEW_TOKENS:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_NEW_TOKENS} (got {value})")
+    return value
+
+
+def _prompt_text(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError('the prompt is empty: give the message to answer, e.g. ask "Hello"')
+    return text

@@ -84,7 +84,7 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
     plan = decoding_plan(mode, settings.lookahead, loaded)
     try:
         answer = Answer(loaded, messages, lookahead=plan.lookahead, chooser=plan.chooser,
-                        max_new_tokens=args.max_new_tokens or settings.sampling.max_new_tokens,
+                        max_new_tokens=args.max_new_tokens if args.max_new_tokens is not None else settings.sampling.max_new_tokens,
                         stop_strings=settings.sampling.stop_strings, sampling=settings.sampling)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -27,18 +27,35 @@ def enable_offline_mode() -> None:
 
 
 def run_gui(paths: AppPaths) -> int:
-    """Show the main window and run the Qt event loop under qasync until it closes."""
+    """Show the main window and run the Qt event loop under qasync until it closes.
+
+    Refused with one line (exit code 1) when Qt's X11 libraries are missing; a second start over
+    the same data folder brings the first window to the front and exits (see app.single_instance).
+    """
+    from app.system_libraries import missing_xcb_message
+
+    problem = missing_xcb_message()
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
     enable_offline_mode()
     import qasync
     from PySide6.QtWidgets import QApplication
 
     from app.gc_guard import GuiThreadCollector
     from app.main_window import MainWindow
+    from app.single_instance import InstanceLock, second_start_message
 
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName("Lookahead Chat")
     app.setDesktopFileName("lookahead-chat")
+    lock = InstanceLock(paths.data_dir)
+    if not lock.acquire():
+        message, code = second_start_message(lock)
+        print(message, file=sys.stderr if code else sys.stdout)
+        return code
     window = MainWindow(paths)
+    lock.activated.connect(window.bring_to_front)
     collector = GuiThreadCollector(busy=lambda: window.chat.busy, parent=app)
     window.show()
 
@@ -49,6 +66,7 @@ def run_gui(paths: AppPaths) -> int:
 
     qasync.run(until_closed())
     collector.stop()
+    lock.release()
     return leave(window)
 
 

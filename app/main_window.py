@@ -43,7 +43,7 @@ from app.status_bar import FiguresBar
 from app.theme import apply_theme
 from app.worker import ModelWorker
 from core.atomic import write_text_atomic
-from core.chat.history import HistoryError, HistoryStore
+from core.chat.history import HistoryError, open_history
 from core.paths import AppPaths, resource_path
 from core.settings import LookaheadSettings, Settings, SettingsStore
 
@@ -69,7 +69,9 @@ class MainWindow(QMainWindow):
         self.last_outcome: AnswerOutcome | None = None
         self._load_token = None
         self.worker = ModelWorker(paths)
-        self.store, store_problem = self._open_history()
+        self.store, store_problem = open_history(self.paths.data_dir)
+        if store_problem:
+            log.error("chat history: %s", store_problem)
 
         self._build_toolbar()
         self.history = HistoryList()
@@ -105,18 +107,11 @@ class MainWindow(QMainWindow):
         self.refresh_conversations()
         for problem in (loaded.problem, store_problem):
             if problem:
-                self.show_error(problem)
+                self.notice.show_message(problem, "error", lasting=True)
         self.compare_page = install_compare(self)
         self.load_model()
 
     # --- construction -----------------------------------------------------------------------------
-
-    def _open_history(self) -> tuple[HistoryStore, str | None]:
-        try:
-            return HistoryStore.in_folder(self.paths.data_dir), None
-        except HistoryError as err:
-            log.error("history unusable: %s", err)
-            return HistoryStore(Path(":memory:")), f"{err} Chats of this session will not be kept."
 
     def _build_toolbar(self) -> None:
         self.toolbar = QToolBar("Main", movable=False, objectName="mainToolbar")
@@ -339,6 +334,14 @@ class MainWindow(QMainWindow):
     def show_error(self, message: str) -> None:
         self.notice.show_message(message, "error")
 
+    def bring_to_front(self) -> None:
+        """Show the window on top (a second start of the app asked for it)."""
+        if self.isMinimized():
+            self.showNormal()
+        self.show()
+        self.raise_()
+        self.activateWindow()
+
     def show_help(self) -> None:
         HelpDialog(self).exec()
 
@@ -347,7 +350,7 @@ class MainWindow(QMainWindow):
 
     def _busy_changed(self, busy: bool) -> None:
         if busy:
-            self.notice.hide()
+            self.notice.clear_passing()
             self._figures_timer.start()
         else:
             self._figures_timer.stop()

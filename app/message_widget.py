@@ -9,7 +9,14 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBro
 from app.markdown import COPY_SCHEME, MarkdownRenderer
 
 RENDER_DELAY_MS = 100  # streamed text is re-rendered at most 10 times a second
-STATUS_TEXT = {"generating": "generating…", "stopped": "stopped", "interrupted": "interrupted", "complete": ""}
+STATUS_TEXT = {
+    "generating": "generating…",
+    "stopped": "stopped",
+    "interrupted": "interrupted",
+    "truncated": "truncated at the token limit",
+    "complete": "",
+}
+CONTINUABLE = ("truncated", "stopped", "interrupted")  # answers cut off before their end
 
 
 def stable_prefix_length(text: str) -> int:
@@ -74,12 +81,14 @@ class MessageWidget(QFrame):
 
     edit_requested = Signal()
     regenerate_requested = Signal()
+    continue_requested = Signal()
 
     def __init__(self, role: str, renderer: MarkdownRenderer, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.role = role
         self.renderer = renderer
         self._text = ""
+        self.state = "complete"
         self.setObjectName("message")
         self.setProperty("role", role)
 
@@ -88,14 +97,16 @@ class MessageWidget(QFrame):
         self.copy_button = self._action("Copy", "Copy this message as Markdown", self.copy_text)
         self.edit_button = self._action("Edit", "Edit this message and send it again (Ctrl+E)", self.edit_requested.emit)
         self.regenerate_button = self._action("Regenerate", "Generate this answer again (Ctrl+R)", self.regenerate_requested.emit)
-        self.edit_button.setVisible(False)
-        self.regenerate_button.setVisible(False)
+        self.continue_button = self._action("Continue", "Generate more of this answer, from where it was cut off",
+                                            self.continue_requested.emit)
+        for button in (self.edit_button, self.regenerate_button, self.continue_button):
+            button.setVisible(False)
         header = QHBoxLayout()
         header.setContentsMargins(0, 0, 0, 0)
         header.addWidget(self.speaker)
         header.addWidget(self.status)
         header.addStretch(1)
-        for button in (self.edit_button, self.regenerate_button, self.copy_button):
+        for button in (self.edit_button, self.continue_button, self.regenerate_button, self.copy_button):
             header.addWidget(button)
 
         self.note = QLabel("", objectName="status", wordWrap=True)
@@ -175,7 +186,13 @@ class MessageWidget(QFrame):
             self.segments.append(tail)
         self.segments[-1].show_markdown(self._text[self._stable_length:])
 
+    @property
+    def continuable(self) -> bool:
+        """An answer that was cut off (token limit, Stop, an error) and can be extended."""
+        return self.role == "assistant" and self.state in CONTINUABLE
+
     def set_status(self, status: str) -> None:
+        self.state = status
         self.status.setText(STATUS_TEXT.get(status, status))
         self.status.setProperty("state", status)
         self.status.style().polish(self.status)

@@ -7,28 +7,58 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushBu
 
 
 class NoticeBar(QFrame):
-    """One message at the top of the chat with a close button; ``level`` is info, warning or error."""
+    """Messages at the top of the chat with a close button; ``level`` is info, warning or error.
+
+    A lasting message (the history was set aside, the settings were reset) stays until the user
+    dismisses it; a passing one (an answer's error) is also cleared when the next answer starts.
+    """
+
+    LEVELS = ("info", "warning", "error")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("notice")
         self.label = QLabel(wordWrap=True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        close = QToolButton(text="✕", toolTip="Dismiss", autoRaise=True)
-        close.clicked.connect(self.hide)
+        self.close_button = QToolButton(text="✕", toolTip="Dismiss", autoRaise=True)
+        self.close_button.clicked.connect(self.dismiss)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(10, 6, 6, 6)
         layout.addWidget(self.label, 1)
-        layout.addWidget(close)
+        layout.addWidget(self.close_button)
+        self._lasting: list[tuple[str, str]] = []
+        self._passing: tuple[str, str] | None = None
         self.hide()
 
     @property
     def text(self) -> str:
         return self.label.text() if self.isVisible() else ""
 
-    def show_message(self, text: str, level: str = "warning") -> None:
-        self.label.setText(text)
-        self.setProperty("level", level)
+    def show_message(self, text: str, level: str = "warning", lasting: bool = False) -> None:
+        if lasting:
+            if (text, level) not in self._lasting:
+                self._lasting.append((text, level))
+        else:
+            self._passing = (text, level)
+        self._refresh()
+
+    def clear_passing(self) -> None:
+        """Drop the passing message; lasting ones stay."""
+        self._passing = None
+        self._refresh()
+
+    def dismiss(self) -> None:
+        self._lasting.clear()
+        self._passing = None
+        self._refresh()
+
+    def _refresh(self) -> None:
+        messages = self._lasting + ([self._passing] if self._passing else [])
+        if not messages:
+            self.hide()
+            return
+        self.label.setText("\n\n".join(text for text, _ in messages))
+        self.setProperty("level", max((level for _, level in messages), key=self.LEVELS.index))
         self.style().polish(self)
         self.show()
 

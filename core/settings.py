@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
+from core.aside import move_aside
 from core.atomic import write_json_atomic
 from core.lookahead.config import LookaheadConfig
 from core.models.options import LoadOptions, ModelSource
@@ -18,6 +19,32 @@ log = logging.getLogger(__name__)
 SETTINGS_FILE = "settings.json"
 THEMES = ("system", "light", "dark")
 MODES = ("auto", "plain", "lookahead")  # auto: the fastest exact decoding measured here (core.lookahead.auto)
+MAX_TOP_K = 1000  # the settings dialog's range
+MAX_SEED = 2**31 - 1
+
+
+def check_types(settings: Any) -> None:
+    """Raise ValueError when a field of the dataclass ``settings`` holds a value of the wrong type.
+
+    JSON has one number type, so a number field accepts any finite number and is stored as a float;
+    whole-number fields refuse fractions, and booleans count as neither.
+    """
+    for name, hint in get_type_hints(type(settings)).items():
+        value = getattr(settings, name)
+        if hint is bool and not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false (got {value!r}).")
+        if hint in (int, int | None) and not (_is_whole(value) or (value is None and hint is not int)):
+            raise ValueError(f"{name} must be a whole number (got {value!r}).")
+        if hint is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a number (got {value!r}).")
+            object.__setattr__(settings, name, float(value))
+        if hint is str and not isinstance(value, str):
+            raise ValueError(f"{name} must be text (got {value!r}).")
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -34,6 +61,7 @@ class SamplingSettings:
     stop_strings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        check_types(self)
         if not isinstance(self.stop_strings, (list, tuple)) or not all(isinstance(x, str) for x in self.stop_strings):
             raise ValueError("stop_strings must be a list of texts.")
         object.__setattr__(self, "stop_strings", tuple(x for x in self.stop_strings if x))
@@ -41,14 +69,16 @@ class SamplingSettings:
             raise ValueError(f"temperature must be between 0 and 5 (got {self.temperature}).")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1] (got {self.top_p}).")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be 0 (off) or more (got {self.top_k}).")
+        if not 0 <= self.top_k <= MAX_TOP_K:
+            raise ValueError(f"top_k must be 0 (off) to {MAX_TOP_K} (got {self.top_k}).")
         if not 0.0 <= self.min_p < 1.0:
             raise ValueError(f"min_p must be in [0, 1) (got {self.min_p}).")
         if not 0.5 <= self.repetition_penalty <= 3.0:
             raise ValueError(f"repetition_penalty must be between 0.5 and 3 (got {self.repetition_penalty}).")
         if not 1 <= self.max_new_tokens <= 32768:
             raise ValueError(f"max_new_tokens must be between 1 and 32768 (got {self.max_new_tokens}).")
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be empty (random) or 0 to {MAX_SEED} (got {self.seed}).")
 
     @property
     def greedy(self) -> bool:
@@ -66,7 +96,8 @@ class LookaheadSettings:
     guesses: int = 7
 
     def __post_init__(self) -> None:
-        LookaheadConfig(self.window, self.ngram, self.guesses)  # validates
+        check_types(self)
+        LookaheadConfig(self.window, self.ngram, self.guesses)  # validates the ranges
 
     @property
     def fixed(self) -> LookaheadConfig:
@@ -86,12 +117,11 @@ class Settings:
     theme: str = "system"
 
     def __post_init__(self) -> None:
+        check_types(self)
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)} (got {self.mode!r}).")
         if self.theme not in THEMES:
             raise ValueError(f"theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")
-        if not isinstance(self.system_prompt, str):
-            raise ValueError(f"system_prompt must be text (got {self.system_prompt!r}).")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,8 +158,8 @@ def _build(kind: type, value: Any, name: str) -> Any:
     known = {f.name for f in fields(kind)}
     try:
         return kind(**{k: v for k, v in value.items() if k in known})
-    except TypeError as err:
-        raise ValueError(f"'{name}': {err}") from err
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name}: {err}") from err
 
 
 @dataclass(frozen=True)
@@ -147,24 +177,29 @@ class SettingsStore:
         self.path = config_dir / SETTINGS_FILE
 
     def load(self) -> LoadedSettings:
-        """The saved settings; defaults (and a problem message) if the file is missing or invalid."""
+        """The saved settings; defaults (and a problem message) if the file is missing or invalid.
+
+        An invalid file (unreadable, not JSON, nested too deep, a value of the wrong type or out of
+        range) is moved aside under a new name, never overwritten or deleted.
+        """
         if not self.path.exists():
             return LoadedSettings(Settings())
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             return LoadedSettings(Settings.from_json(data))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as err:
-            backup = self.path.with_suffix(".invalid.json")
-            try:
-                os.replace(self.path, backup)
-            except OSError:
-                backup = self.path
-            problem = (
-                f"The settings file could not be used ({err}). Default settings are in effect; "
-                f"the old file was kept as {backup.name}."
-            )
-            log.warning(problem)
-            return LoadedSettings(Settings(), problem)
+        except RecursionError:
+            return self._set_aside("it is nested too deeply")
+        except (OSError, ValueError) as err:  # JSON and Unicode errors are ValueErrors too
+            return self._set_aside(str(err).rstrip("."))
+
+    def _set_aside(self, reason: str) -> LoadedSettings:
+        try:
+            kept = f"the old file was kept as {move_aside(self.path, 'invalid').name}"
+        except OSError as err:
+            kept = f"the old file could not be moved aside ({err.strerror or err}) and stays where it is"
+        problem = f"The settings file could not be used ({reason}). Default settings are in effect; {kept}."
+        log.warning(problem)
+        return LoadedSettings(Settings(), problem)
 
     def save(self, settings: Settings) -> None:
         """Write the settings atomically (a temp file renamed over the old one)."""

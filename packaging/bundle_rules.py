@@ -15,7 +15,7 @@ EXCLUDED_QT = [
     "PySide6.QtPdf", "PySide6.QtPdfWidgets", "PySide6.QtHelp", "PySide6.QtXml", "PySide6.QtOpenGL",
     "PySide6.QtOpenGLWidgets", "PySide6.QtPrintSupport", "PySide6.QtConcurrent", "PySide6.QtWebEngineCore",
     "PySide6.QtWebEngineWidgets", "PySide6.QtMultimedia", "PySide6.QtCharts", "PySide6.Qt3DCore",
-    "PySide6.QtNetwork", "PySide6.QtDBus", "PySide6.QtSvgWidgets",
+    "PySide6.QtDBus", "PySide6.QtSvgWidgets",  # (QtNetwork stays: one window per data folder uses QLocalServer)
 ]
 
 # Python packages that optional imports would drag in; the app needs none of them.
@@ -27,7 +27,7 @@ EXCLUDED_PY = [
     "torch.utils.tensorboard",
 ]
 
-_QT_UNUSED = ("Qml|Quick|Designer|Pdf|Labs|Lottie|Sql|Test|Help|Network|UiTools|Concurrent|PrintSupport|"
+_QT_UNUSED = ("Qml|Quick|Designer|Pdf|Labs|Lottie|Sql|Test|Help|UiTools|Concurrent|PrintSupport|"
               "OpenGLWidgets|Xml|VirtualKeyboard|ShaderTools|Graphs|DataVisualization|Charts|Multimedia|"
               "WebEngine|WebChannel|WebSockets|3D|Scxml|StateMachine|RemoteObjects|SerialPort|Sensors|"
               "Positioning|Location|Bluetooth|Nfc|TextToSpeech|SpatialAudio|HttpServer")

@@ -1,13 +1,16 @@
 """Chat history in SQLite (WAL): conversations and messages, schema migrations, export.
 
 The answer being generated is stored with status ``generating`` and rewritten as it grows; a
-store opened after a crash marks such answers ``interrupted``.
+store opened after a crash marks such answers ``interrupted`` (one app instance per data folder,
+so an answer still being generated elsewhere is never mislabelled). :func:`open_history` sets a
+damaged file aside and starts a new one.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -16,10 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.aside import move_aside
+
 log = logging.getLogger(__name__)
 
 HISTORY_FILE = "history.sqlite3"
-STATUSES = ("complete", "generating", "stopped", "interrupted")
+STATUSES = ("complete", "generating", "stopped", "interrupted", "truncated")
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+DAMAGED_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+FENCE = re.compile(r"(`{3,}|~{3,})")  # a Markdown code fence at the start of a line
 
 # Migration i (1-based) brings the schema from version i-1 to version i. Never edit one that shipped.
 MIGRATIONS: tuple[str, ...] = (
@@ -50,6 +58,10 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 class HistoryError(Exception):
     """Saving or reading the history failed; ``str(err)`` says what happened and what to do."""
+
+
+class HistoryDamaged(HistoryError):
+    """The history file is not a readable SQLite database (truncated, overwritten, corrupt)."""
 
 
 @dataclass(frozen=True)
@@ -101,17 +113,31 @@ class HistoryStore:
     """The chat history database. Use from one thread (the GUI thread)."""
 
     def __init__(self, path: Path) -> None:
+        """Open (or create) the database at ``path``.
+
+        Raises:
+            HistoryDamaged: the file is not a readable database (see :func:`open_history`).
+            HistoryError: it cannot be opened for another reason (permissions, a newer schema).
+        """
         self.path = path
+        conn: sqlite3.Connection | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(path, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA foreign_keys = ON")
-            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn = conn = sqlite3.connect(path, isolation_level=None)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")
             migrate(self._conn)
             self.recovered = self._mark_interrupted()
-        except sqlite3.Error as err:
+        except (sqlite3.Error, HistoryError) as err:
+            if conn is not None:
+                conn.close()
+            if isinstance(err, HistoryError):
+                raise
             raise _history_error(err, path) from err
+        except OSError as err:
+            raise HistoryError(f"The chat history folder {path.parent} could not be created ({err.strerror or err}). "
+                               "Check that the folder is writable.") from err
 
     @classmethod
     def in_folder(cls, data_dir: Path) -> "HistoryStore":
@@ -159,7 +185,7 @@ class HistoryStore:
             "WHERE conversation_id = ? ORDER BY id",
             (conversation_id,),
         )
-        return [StoredMessage(*row[:7], json.loads(row[7]) if row[7] else None) for row in rows]
+        return [StoredMessage(*row[:7], _load_stats(row[7])) for row in rows]
 
     def add_message(
         self,
@@ -233,9 +259,9 @@ class HistoryStore:
                 if m["stats"] and m["stats"].get("tokens_per_second"):
                     note += f", {m['stats']['tokens_per_second']:.1f} tok/s"
                 note += ")"
-            if m["status"] in ("stopped", "interrupted"):
+            if m["status"] in ("stopped", "interrupted", "truncated"):
                 note += f" [{m['status']}]"
-            parts.append(f"## {m['role'].title()}{note}\n\n{m['content']}\n")
+            parts.append(f"## {m['role'].title()}{note}\n\n{close_code_fence(m['content'])}\n")
         return "\n".join(parts)
 
     def _mark_interrupted(self) -> int:
@@ -269,8 +295,59 @@ class HistoryStore:
             raise
 
 
+def open_history(data_dir: Path) -> tuple[HistoryStore, str | None]:
+    """The history in ``data_dir`` and, when it could not be used as it was, what the user should be told.
+
+    A damaged file (and its journal files) is moved aside under a dated name, never deleted, and a new
+    history is started in its place. When no file can be used, the history lives in memory for this
+    session. Never raises.
+    """
+    path = data_dir / HISTORY_FILE
+    try:
+        return HistoryStore(path), None
+    except HistoryDamaged as err:
+        damage = err
+    except HistoryError as err:
+        return HistoryStore(Path(":memory:")), f"{err} Chats of this session will not be kept."
+    try:
+        aside = move_aside(path, "damaged", SQLITE_COMPANIONS)
+    except OSError as err:
+        return HistoryStore(Path(":memory:")), (
+            f"{damage} It could not be moved aside ({err.strerror or err}); chats of this session will not be kept. "
+            f"Move or rename {path} yourself, then restart Lookahead Chat."
+        )
+    log.warning("damaged chat history moved to %s", aside)
+    note = f"The chat history file was damaged and could not be read ({damage}). It was kept as {aside}"
+    try:
+        return HistoryStore(path), f"{note}; a new, empty history was started."
+    except HistoryError as err:
+        return HistoryStore(Path(":memory:")), f"{note}. A new one could not be started either: {err} Chats of this session will not be kept."
+
+
+def close_code_fence(text: str) -> str:
+    """``text`` with a code fence left open (an answer cut off inside a code block) closed again."""
+    fence = ""
+    for line in text.splitlines():
+        match = FENCE.match(line.strip())
+        if match is None:
+            continue
+        marker = match.group(1)
+        if not fence:
+            fence = marker
+        elif marker[0] == fence[0] and len(marker) >= len(fence) and line.strip() == marker:
+            fence = ""
+    if not fence:
+        return text
+    return text + ("" if text.endswith("\n") else "\n") + fence
+
+
 def _history_error(err: sqlite3.Error, path: Path) -> HistoryError:
     code = getattr(err, "sqlite_errorcode", None)
+    if code in DAMAGED_CODES:
+        return HistoryDamaged(
+            f"The chat history ({path}) is damaged: {err}. Restart Lookahead Chat: it sets the damaged file aside "
+            "and starts a new one."
+        )
     if code == sqlite3.SQLITE_FULL or "full" in str(err).lower():
         return HistoryError(
             f"Could not save the chat: the disk is full ({path.parent}). "
@@ -283,6 +360,15 @@ def _status(status: str) -> str:
     if status not in STATUSES:
         raise ValueError(f"message status must be one of {', '.join(STATUSES)} (got {status!r})")
     return status
+
+
+def _load_stats(text: str | None) -> dict[str, Any] | None:
+    """An answer's saved figures; None when absent or unreadable (the text matters, the figures do not)."""
+    try:
+        stats = json.loads(text) if text else None
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return stats if isinstance(stats, dict) else None
 
 
 def _dump(stats: dict[str, Any] | None) -> str | None:

@@ -36,12 +36,19 @@ def render_plain(messages: list[Message]) -> str:
 
 
 def encode_messages(tokenizer: Any, messages: list[Message]) -> list[int]:
-    """Token ids of ``messages`` followed by the start of the assistant's answer."""
+    """Token ids of ``messages`` followed by the start of the assistant's answer.
+
+    When the last message is the assistant's, the prompt ends with its text instead (no end of
+    turn), so the model continues that answer: Continue on an answer cut off by the token limit.
+    """
+    partial = ""
+    if messages and messages[-1].role == "assistant":
+        messages, partial = messages[:-1], messages[-1].content
     if getattr(tokenizer, "chat_template", None):
         dicts = [{"role": m.role, "content": m.content} for m in messages]
         text = tokenizer.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False)
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(render_plain(messages))["input_ids"])
+        return list(tokenizer(text + partial, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(render_plain(messages) + partial)["input_ids"])
 
 
 def build_prompt(tokenizer: Any, messages: list[Message], budget: int) -> Prompt:

@@ -14,7 +14,7 @@ def test_send_streams_the_answer_and_saves_it(tiny_settings, open_window, ui) ->
     assert len(deltas) >= 1
     user, answer = ui.stored(window)
     assert (user.role, user.content) == ("user", "Hello there")
-    assert answer.role == "assistant" and answer.status == "complete"
+    assert answer.role == "assistant" and answer.status == "truncated"  # the tiny model runs to its token limit
     assert answer.content and answer.content == window.chat_view.messages[-1].text
     assert answer.stats["new_tokens"] > 0 and answer.stats["tokens_per_second"] > 0
     assert "tok/s" in window.chat_view.messages[-1].figures.text()
@@ -49,7 +49,7 @@ def test_regenerate_replaces_the_last_answer(tiny_settings, open_window, ui) -> 
     ui.wait_idle(window)
     messages = ui.stored(window)
     assert [m.role for m in messages] == ["user", "assistant"]
-    assert messages[-1].created > first.created and messages[-1].status == "complete"
+    assert messages[-1].created > first.created and messages[-1].status == "truncated"
     assert len(window.chat_view.messages) == 2
 
 

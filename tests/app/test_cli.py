@@ -120,3 +120,23 @@ def test_unknown_command_exits_with_usage(capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["frobnicate"])
     assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ask", "Count from 1 to 100.", "--max-new-tokens", "0"], "argument --max-new-tokens: must be between 1 and 32768 (got 0)"),
+        (["ask", "hi", "--max-new-tokens", "-5"], "argument --max-new-tokens: must be between 1 and 32768 (got -5)"),
+        (["ask", "hi", "--max-new-tokens", "many"], "argument --max-new-tokens: give a whole number of tokens (got 'many')"),
+        (["ask", ""], "argument prompt: the prompt is empty"),
+        (["ask", "  \n "], "argument prompt: the prompt is empty"),
+        (["bench", "--max-new-tokens", "0"], "argument --max-new-tokens: must be between 1 and 32768 (got 0)"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_model_loads(args: list[str], message: str, home: Path, tmp_path: Path, capsys) -> None:
+    # the model does not exist: reaching the load would print that error instead, with exit code 1
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--model", str(tmp_path / "no-such-model")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and "does not exist" not in err
+

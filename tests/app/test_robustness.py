@@ -54,7 +54,7 @@ def test_corrupt_settings_file_is_reported_and_defaults_used(open_window, app_pa
     window = open_window(wait_for_model=False)
     assert "could not be used" in window.notice.text
     assert window.settings.source.kind == "default"
-    assert (app_paths.config_dir / "settings.invalid.json").exists()
+    assert len(list(app_paths.config_dir.glob("settings.invalid-*.json"))) == 1
     window.load_panel.cancel.click()  # no need to load the real default model here
     qtbot.waitUntil(lambda: window.load_panel.retry.isVisibleTo(window) or window.model is not None, timeout=60_000)
 
@@ -75,7 +75,7 @@ def test_generation_crash_keeps_the_partial_answer_marked_interrupted(tiny_setti
     assert "simulated crash" in window.notice.text
     assert window.chat_view.messages[-1].status.text() == "interrupted"
     ui.send(window, "Still working?")  # the worker survived
-    assert ui.stored(window)[-1].status == "complete"
+    assert ui.stored(window)[-1].status == "truncated"  # ended normally, at the token limit
 
 
 def test_out_of_memory_keeps_the_text_and_suggests_what_to_do(tiny_settings, open_window, ui, forward_hook) -> None:
@@ -136,7 +136,7 @@ def test_full_disk_when_saving_is_shown_and_the_app_keeps_running(tiny_settings,
     assert window.composer.box.toPlainText().startswith("x x")  # the text is not lost
     connection.execute("PRAGMA max_page_count = 1073741823")
     ui.send(window, "Now it fits")
-    assert ui.stored(window)[-1].status == "complete"
+    assert ui.stored(window)[-1].status == "truncated"  # ended normally, at the token limit
 
 
 def test_context_overflow_leaves_out_old_turns_and_says_so(tiny_settings, open_window, ui) -> None:
@@ -173,4 +173,28 @@ def test_unusable_history_file_is_reported_and_the_session_still_chats(tiny_sett
     window = open_window()
     assert "will not be kept" in window.notice.text
     ui.send(window, "Hello anyway")
-    assert ui.stored(window)[-1].status == "complete"
+    assert ui.stored(window)[-1].status == "truncated"  # ended normally, at the token limit
+
+
+def test_damaged_history_is_set_aside_and_the_notice_stays_until_dismissed(tiny_settings, open_window, ui, app_paths) -> None:
+    tiny_settings(max_new_tokens=8)
+    path = app_paths.data_dir / "history.sqlite3"
+    old = HistoryStore(path)
+    conv = old.create_conversation("Long chat")
+    for i in range(60):
+        old.add_message(conv.id, "user", f"message {i} " + "x" * 500)
+    old.close()
+    damaged = path.read_bytes()[:8192]  # `head -c 8192 history.sqlite3` (issue 15)
+    path.write_bytes(damaged)
+    window = open_window()
+    [aside] = app_paths.data_dir.glob("history.damaged-*.sqlite3")
+    assert aside.read_bytes() == damaged
+    notice = window.notice.text
+    assert str(aside) in notice and "new, empty history" in notice
+    ui.send(window, "Hello after the damage")
+    assert window.notice.text == notice  # a new answer does not sweep it away
+    stored = HistoryStore(app_paths.data_dir / "history.sqlite3")  # saved in the new file, not in memory
+    assert [m.content for m in stored.messages(window.chat.current_id)][0] == "Hello after the damage"
+    stored.close()
+    window.notice.close_button.click()
+    assert window.notice.text == "" and not window.notice.isVisible()

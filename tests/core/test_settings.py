@@ -20,7 +20,7 @@ from core.settings import (
 def test_missing_file_gives_defaults(tmp_path: Path) -> None:
     loaded = SettingsStore(tmp_path).load()
     assert loaded.settings == Settings() and loaded.problem is None
-    assert loaded.settings.source == ModelSource() and loaded.settings.mode == "lookahead"
+    assert loaded.settings.source == ModelSource() and loaded.settings.mode == "auto"
     assert loaded.settings.sampling.greedy
 
 
@@ -63,10 +63,32 @@ def test_unknown_keys_ignored_and_missing_keys_defaulted(tmp_path: Path) -> None
         '{"load": {"device": "tpu"}}',
         '{"source": {"kind": "folder"}}',
         '{"source": {"kind": "hub", "location": 5}}',
-        '{"lookahead": {"window": 0}}',
+        '{"lookahead": {"window": -1}}',
+        '{"lookahead": {"window": 0, "guesses": 0}}',
         '{"system_prompt": 42}',
         '{"theme": ["dark"]}',
         b"\xff\xfe\x00garbage",
+        # issue 15: each of these passed or crashed before
+        "[" * 1000,  # RecursionError at every start
+        '{"sampling": ' * 2000 + "1" + "}" * 2000,
+        '{"sampling": {"top_k": 2.5}}',
+        '{"sampling": {"top_k": 100000000}}',
+        '{"sampling": {"seed": "abc"}}',
+        '{"sampling": {"seed": 1180591620717411303424}}',  # 2**70
+        '{"sampling": {"seed": -1}}',
+        '{"sampling": {"max_new_tokens": true}}',
+        '{"sampling": {"max_new_tokens": 64.0}}',
+        '{"sampling": {"temperature": NaN}}',
+        '{"sampling": {"temperature": 1e400}}',
+        '{"sampling": {"repetition_penalty": false}}',
+        '{"sampling": {"max_new_tokens": ' + "9" * 5000 + "}}",  # past int()'s digit limit
+        '{"sampling": {"stop_strings": "###"}}',
+        '{"lookahead": {"auto": 1}}',
+        '{"lookahead": {"window": 2.5}}',
+        '{"lookahead": {"window": "7"}}',
+        '{"lookahead": {"ngram": 1180591620717411303424}}',
+        '{"load": {"device": ["cpu"]}}',
+        '{"mode": null}',
     ],
 )
 def test_corrupt_file_gives_defaults_problem_and_backup(tmp_path: Path, content: str | bytes) -> None:
@@ -78,17 +100,30 @@ def test_corrupt_file_gives_defaults_problem_and_backup(tmp_path: Path, content:
     loaded = SettingsStore(tmp_path).load()
     assert loaded.settings == Settings()
     assert loaded.problem is not None
-    assert "Default settings are in effect" in loaded.problem and "settings.invalid.json" in loaded.problem
-    backup = tmp_path / "settings.invalid.json"
+    [backup] = tmp_path.glob("settings.invalid-*.json")
+    assert "Default settings are in effect" in loaded.problem and f"kept as {backup.name}" in loaded.problem
     assert backup.read_bytes() == (content if isinstance(content, bytes) else content.encode())
     assert not path.exists()
     # the next start is clean: no file, no problem
     assert SettingsStore(tmp_path).load().problem is None
 
 
+def test_a_second_bad_file_never_overwrites_the_first_one_set_aside(tmp_path: Path) -> None:
+    for content in ("{ first", "{ second", "{ third"):
+        (tmp_path / SETTINGS_FILE).write_text(content)
+        assert SettingsStore(tmp_path).load().problem
+    assert sorted(p.read_text() for p in tmp_path.glob("settings.invalid-*.json")) == ["{ first", "{ second", "{ third"]
+
+
+def test_numbers_load_as_their_field_types(tmp_path: Path) -> None:
+    (tmp_path / SETTINGS_FILE).write_text('{"sampling": {"temperature": 1, "top_p": 1, "seed": 7}}')
+    sampling = SettingsStore(tmp_path).load().settings.sampling
+    assert type(sampling.temperature) is float and type(sampling.top_p) is float and sampling.seed == 7
+
+
 def test_problem_message_names_the_bad_value(tmp_path: Path) -> None:
     (tmp_path / SETTINGS_FILE).write_text('{"sampling": {"top_p": 0}}')
-    assert "top_p must be in (0, 1] (got 0)" in SettingsStore(tmp_path).load().problem
+    assert "(sampling: top_p must be in (0, 1] (got 0.0))" in SettingsStore(tmp_path).load().problem
 
 
 @pytest.mark.parametrize(
@@ -96,7 +131,12 @@ def test_problem_message_names_the_bad_value(tmp_path: Path) -> None:
     [
         ({"temperature": -0.1}, "temperature must be between 0 and 5"),
         ({"top_p": 1.5}, "top_p must be in (0, 1]"),
-        ({"top_k": -1}, "top_k must be 0 (off) or more"),
+        ({"top_k": -1}, "top_k must be 0 (off) to 1000"),
+        ({"top_k": 2.5}, "top_k must be a whole number (got 2.5)"),
+        ({"seed": "abc"}, "seed must be a whole number (got 'abc')"),
+        ({"seed": 2**70}, "seed must be empty (random) or 0 to 2147483647"),
+        ({"max_new_tokens": True}, "max_new_tokens must be a whole number (got True)"),
+        ({"temperature": float("nan")}, "temperature must be a number (got nan)"),
         ({"min_p": 1.0}, "min_p must be in [0, 1)"),
         ({"repetition_penalty": 4}, "repetition_penalty must be between 0.5 and 3"),
         ({"max_new_tokens": 0}, "max_new_tokens must be between 1 and 32768"),
@@ -109,12 +149,14 @@ def test_sampling_validation(kwargs: dict, message: str) -> None:
 
 
 def test_other_validation() -> None:
-    with pytest.raises(ValueError, match="mode must be one of plain, lookahead"):
+    with pytest.raises(ValueError, match="mode must be one of auto, plain, lookahead"):
         Settings(mode="fast")
     with pytest.raises(ValueError, match="theme must be one of system, light, dark"):
         Settings(theme="neon")
-    with pytest.raises(ValueError, match="window W must be at least 1"):
-        LookaheadSettings(window=0)
+    with pytest.raises(ValueError, match="window W must be 0 \\(verification only\\) or more"):
+        LookaheadSettings(window=-1)
+    with pytest.raises(ValueError, match="needs at least one guess"):
+        LookaheadSettings(window=0, guesses=0)
     with pytest.raises(ValueError, match="does not hold a JSON object"):
         Settings.from_json([])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'sampling' must be an object"):

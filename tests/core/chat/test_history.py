@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.chat.history import SCHEMA_VERSION, HistoryError, HistoryStore, migrate
+from core.chat.history import HISTORY_FILE, SCHEMA_VERSION, HistoryDamaged, HistoryError, HistoryStore, migrate, open_history
 
 
 @pytest.fixture
@@ -117,3 +117,89 @@ def test_full_disk_raises_a_history_error_and_keeps_the_store_usable(store: Hist
     store.connection.execute("PRAGMA max_page_count = 1000000")
     store.add_message(conv.id, "assistant", "fits now")
     assert [m.content for m in store.messages(conv.id)] == ["fits now"]
+
+
+def damaged_history(data_dir: Path) -> bytes:
+    """A real history cut to its first 8 KiB (`head -c 8192`, issue 15); returns the bytes left."""
+    store = HistoryStore(data_dir / HISTORY_FILE)
+    conv = store.create_conversation("Long chat")
+    for i in range(60):
+        store.add_message(conv.id, "user", f"message {i} " + "x" * 500)
+    store.close()
+    path = data_dir / HISTORY_FILE
+    path.write_bytes(path.read_bytes()[:8192])
+    return path.read_bytes()
+
+
+def test_a_damaged_history_is_moved_aside_and_a_new_one_started(tmp_path: Path) -> None:
+    damaged = damaged_history(tmp_path)
+    with pytest.raises(HistoryDamaged):
+        HistoryStore(tmp_path / HISTORY_FILE)
+    store, problem = open_history(tmp_path)
+    [aside] = tmp_path.glob("history.damaged-*.sqlite3")
+    assert aside.read_bytes() == damaged  # kept, byte for byte
+    assert problem is not None and "was damaged" in problem and str(aside) in problem and "new, empty history" in problem
+    assert "writable" not in problem
+    assert store.path == tmp_path / HISTORY_FILE  # a real file again, not a memory-only session
+    conv = store.create_conversation("after")
+    store.add_message(conv.id, "user", "kept")
+    store.close()
+    again, problem = open_history(tmp_path)  # the next start is clean
+    assert problem is None and [c.title for c in again.conversations()] == ["after"]
+    again.close()
+
+
+def test_damage_in_the_last_page_is_caught_at_open(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / HISTORY_FILE)
+    conv = store.create_conversation("t")
+    for i in range(60):
+        store.add_message(conv.id, "user", "y" * 500)
+    store.close()
+    data = bytearray((tmp_path / HISTORY_FILE).read_bytes())
+    data[-4096:] = b"\xff" * 4096  # the last page: a leaf of messages the first queries never read
+    (tmp_path / HISTORY_FILE).write_bytes(bytes(data))
+    _, problem = open_history(tmp_path)
+    assert problem is not None and "damaged" in problem
+    assert len(list(tmp_path.glob("history.damaged-*.sqlite3"))) == 1
+
+
+def test_a_newer_history_is_never_moved_aside(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / HISTORY_FILE)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    store, problem = open_history(tmp_path)
+    assert "newer version" in problem and "will not be kept" in problem
+    assert store.path == Path(":memory:")
+    assert [p.name for p in tmp_path.iterdir()] == [HISTORY_FILE]
+
+
+def test_export_closes_the_code_fence_of_a_cut_off_answer_and_marks_it(store: HistoryStore) -> None:
+    conv = store.create_conversation("Code")
+    store.add_message(conv.id, "user", "Write fib and a test")
+    store.add_message(conv.id, "assistant", "Here:\n\n```python\ndef fib(n):\n    if n < 2", status="truncated")
+    store.add_message(conv.id, "user", "And in JS?")
+    store.add_message(conv.id, "assistant", "~~~~js\nconst x = 1;\n~~~\n", status="stopped")
+    md = store.export_markdown(conv.id)
+    assert "## Assistant [truncated]\n\nHere:\n\n```python\ndef fib(n):\n    if n < 2\n```\n" in md
+    assert "## Assistant [stopped]\n\n~~~~js\nconst x = 1;\n~~~\n~~~~\n" in md
+    assert md.count("```") == 2 and "## User\n\nAnd in JS?" in md  # the next turn is not swallowed by a fence
+    assert store.messages(conv.id)[1].content.endswith("if n < 2")  # the stored text is unchanged
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "plain words", "```py\nx = 1\n```", "```\na\n```\n\n```\nb\n```\n", "``inline``", "```\n````\n"],
+)
+def test_export_leaves_closed_or_no_fences_alone(text: str) -> None:
+    from core.chat.history import close_code_fence
+
+    assert close_code_fence(text) == text
+
+
+def test_unreadable_figures_do_not_hide_the_message(store: HistoryStore) -> None:
+    conv = store.create_conversation("t")
+    message = store.add_message(conv.id, "assistant", "the text", stats={"tokens_per_second": 3.0})
+    for garbage in ("{not json", "[1, 2]", "7"):
+        store.connection.execute("UPDATE messages SET stats = ? WHERE id = ?", (garbage, message.id))
+        [read] = store.messages(conv.id)
+        assert (read.content, read.stats) == ("the text", None)
