@@ -111,20 +111,23 @@ def run(ctx: sections.Context, budget: Budget, log: Callable[[str], None]) -> di
     return results
 
 
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     ctx = context_from(args)
     budget = Budget(args.time_budget or (50.0 if args.tiny else 420.0))
     torch.set_grad_enabled(False)
-    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    report = {"meta": environment(ctx.device), "sections": run(ctx, budget, log)}
+    report = {"meta": environment(ctx.device), "sections": run(ctx, budget, _log)}
     report["meta"].update(seconds=budget.elapsed(), time_budget=budget.total_seconds, argv=list(sys.argv[1:] if argv is None else argv))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     markdown = render(report)
     (args.out / "gpu_check.md").write_text(markdown + "\n", encoding="utf-8")
     print(markdown)
-    log(f"gpu_check: wrote {args.out / 'gpu_check.json'} and {args.out / 'gpu_check.md'}")
+    _log(f"gpu_check: wrote {args.out / 'gpu_check.json'} and {args.out / 'gpu_check.md'}")
     return 1 if any(s["status"] == "error" for s in report["sections"].values()) else 0
 
 

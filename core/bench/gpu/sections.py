@@ -100,6 +100,7 @@ def step_cost(ctx: Context, deadline: Deadline) -> dict[str, Any]:
                 "build_seconds": built,
             })
             seconds_per_item[shape] = time.perf_counter() - start
+            del model  # before the next build: two 13B models need not fit at once
             ctx.release()
     return out
 
@@ -126,8 +127,7 @@ def exactness(ctx: Context, deadline: Deadline) -> dict[str, Any]:
             out["status"] = "partial"
             out["notes"].append(f"{mode}: skipped, time budget spent")
             continue
-        model = ctx.model(shape.name, mode)
-        out["rows"] += [r.as_dict() for r in compare(model, mode, prompts, configs, new)]
+        out["rows"] += [r.as_dict() for r in compare(ctx.model(shape.name, mode), mode, prompts, configs, new)]
     if ctx.cuda:
         out["notes"].append(f"TF32 matmul allowed: {torch.backends.cuda.matmul.allow_tf32}")
     return out
