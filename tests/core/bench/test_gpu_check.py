@@ -41,7 +41,9 @@ def report(bare: Path, tiny_model_folder: Path, tmp_path_factory: pytest.TempPat
     shutil.copytree(tiny_model_folder, model)
     assert split_folder(model, 4 << 20)
     out = tmp_path_factory.mktemp("gpu-check")
-    proc = _run(bare, "-m", "core.bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(out), "--model", str(model))
+    # A generous budget: on a loaded CI machine no section may be cut short (no wall-clock limits in tests).
+    proc = _run(bare, "-m", "core.bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(out), "--model", str(model),
+                "--time-budget", "3600")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "## Answers" in proc.stdout
     return json.loads((out / "gpu_check.json").read_text()), out, model
