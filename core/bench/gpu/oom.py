@@ -22,6 +22,7 @@ SLACK_BYTES = 16 << 20  # step layouts cached on the device by core.lookahead.la
 @dataclass
 class OomResult:
     raised: str | None  # the exception's type name, None if no step failed
+    caught_by_worker: bool  # an instance of torch.OutOfMemoryError, which app/worker.py catches
     message: str
     steps_before: int  # decoding steps that ran before the ballast
     tokens_kept: int  # tokens decoded before the failure (the worker keeps their text)
@@ -43,7 +44,7 @@ def fill_memory(device: torch.device, floor: int = 1 << 20) -> list[torch.Tensor
     while chunk >= floor:
         try:
             ballast.append(torch.empty(chunk, dtype=torch.uint8, device=device))
-        except torch.OutOfMemoryError:
+        except torch.cuda.OutOfMemoryError:
             chunk //= 2
     return ballast
 
@@ -59,12 +60,13 @@ def provoke_oom(model: Any, prompt: list[int], config: LookaheadConfig, steps_be
     for _ in range(1 + steps_before):
         next(steps)
     ballast = fill_memory(device)
-    raised, message = None, "no step failed although the GPU was full"
+    raised, caught, message = None, False, "no step failed although the GPU was full"
     try:
         for _ in range(8):
             next(steps)
-    except torch.OutOfMemoryError as err:
+    except torch.cuda.OutOfMemoryError as err:  # torch.OutOfMemoryError's older name, in every torch 2.x
         raised, message = type(err).__name__, str(err).splitlines()[0]
+        caught = isinstance(err, getattr(torch, "OutOfMemoryError", ()))
     finally:
         ballast.clear()
     cache_dropped = decoding._cache is None
@@ -75,5 +77,5 @@ def provoke_oom(model: Any, prompt: list[int], config: LookaheadConfig, steps_be
     after = torch.cuda.memory_allocated(device)
     again = Decoding(model, prompt, max_new_tokens=4)
     list(again)
-    return OomResult(raised, message, steps_before, tokens_kept, cache_dropped, before, after,
+    return OomResult(raised, caught, message, steps_before, tokens_kept, cache_dropped, before, after,
                      after <= before + SLACK_BYTES, len(again.tokens) == 4)

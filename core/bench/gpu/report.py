@@ -52,7 +52,7 @@ def summary(report: dict[str, Any]) -> list[str]:
         lines.append(f"- {real['auto']['note']}.")
     oom = s.get("out_of_memory", {})
     if oom.get("status") == "ok":
-        lines.append(f"- Out of memory in a step: raised {oom['raised']}; KV cache dropped: {oom['cache_dropped']}; "
+        lines.append(f"- Out of memory in a step: raised {oom['raised']} (the app's worker catches it: {oom['caught_by_worker']}); KV cache dropped: {oom['cache_dropped']}; "
                      f"memory returned: {oom['memory_returned']}; decoding again works: {oom['recovered']}.")
     for row in s.get("syncs", {}).get("rows", []):
         total = sum(site["per_step"] for site in row["sites"])
@@ -81,12 +81,13 @@ def render(report: dict[str, Any]) -> str:
     exact = s.get("exactness", {})
     if exact:
         lines += ["## Exactness (random model)", "", f"{exact.get('prompts')} random prompts of {exact.get('prompt_tokens')} tokens, "
-                  f"{exact.get('max_new_tokens')} new tokens, shape {exact.get('shape')}.", "",
-                  "| dtype | setting | identical | tokens/step | distinct tokens | first divergences (prompt@position, top-2 margin) |",
-                  "|---|---|---:|---:|---:|---|"]
+                  f"{exact.get('max_new_tokens')} new tokens, shape {exact.get('shape')}; pool 'seeded' holds plain decoding's "
+                  "own output, so most steps accept N-1 guessed tokens.", "",
+                  "| dtype | setting | pool | identical | tokens/step | distinct tokens | first divergences (prompt@position, top-2 margin) |",
+                  "|---|---|---|---:|---:|---:|---|"]
         for r in exact.get("rows", []):
             parts = ", ".join(f"{d['prompt']}@{d['position']} ({d['top2_margin']:.3g})" for d in r["divergences"][:4]) or "-"
-            lines.append(f"| {r['dtype']} | {r['config']} | {r['identical']}/{r['prompts']} | {r['tokens_per_step']:.2f} | {r['distinct_tokens']} | {parts} |")
+            lines.append(f"| {r['dtype']} | {r['config']} | {r['pool']} | {r['identical']}/{r['prompts']} | {r['tokens_per_step']:.2f} | {r['distinct_tokens']} | {parts} |")
         lines += ["", *_notes(exact), ""]
     real = s.get("real_model", {})
     if real:

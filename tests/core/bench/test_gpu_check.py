@@ -69,8 +69,10 @@ def test_step_cost_curve_per_dtype(report) -> None:
 def test_lookahead_is_exact_in_fp32(report) -> None:
     exact = report[0]["sections"]["exactness"]
     fp32 = [r for r in exact["rows"] if r["dtype"] == "fp32"]
-    assert len(fp32) == 2 and all(r["identical"] == r["prompts"] == 4 for r in fp32)
+    assert [(r["config"], r["pool"]) for r in fp32] == [("W4 N4 G4", "fresh"), ("W4 N4 G4", "seeded"), ("W7 N5 G7", "fresh"), ("W7 N5 G7", "seeded")]
+    assert all(r["identical"] == r["prompts"] == 4 for r in fp32)
     assert all(r["tokens_per_step"] > 1.0 for r in fp32)
+    assert all(r["tokens_per_step"] > 2.5 for r in fp32 if r["pool"] == "seeded")  # verification accepts on most steps
     assert fp32[0]["distinct_tokens"] > 16  # the random model does not just repeat a few tokens
     assert {r["dtype"] for r in exact["rows"]} == {"fp32", "fp16"}
 

@@ -34,7 +34,7 @@ def _cuda_report() -> dict:
     results = [MethodResult(GENERATE, 256, 256, 4.0, 2, 2 << 30, 2), MethodResult(PLAIN, 256, 256, 3.2, 2, 2 << 30, 2),
                MethodResult("lookahead W15 N5 G15", 256, 120, 2.0, 2, 3 << 30, 2),
                MethodResult("auto (W15 N5 G15)", 256, 120, 2.1, 2, 3 << 30, 2)]
-    oom = OomResult("OutOfMemoryError", "CUDA out of memory. Tried to allocate 20.00 MiB", 3, 14, True, 2 << 30, 2 << 30, True, True)
+    oom = OomResult("OutOfMemoryError", True, "CUDA out of memory. Tried to allocate 20.00 MiB", 3, 14, True, 2 << 30, 2 << 30, True, True)
     syncs = SyncReport("W15 N5 G15", 8, True, [
         SyncSite("implicit", "core/lookahead/decoder.py:183", "predictions = logits.argmax(dim=-1).tolist()", 1.0),
         SyncSite("synchronize", "core/lookahead/stats.py:16 device_sync <- core/lookahead/stats.py:97 start", "torch.cuda.synchronize(device)", 2.0),
@@ -56,7 +56,7 @@ def test_the_report_answers_the_cuda_questions() -> None:
     assert text.startswith("# GPU check: NVIDIA H200")
     assert "- Real model: fastest is lookahead W15 N5 G15 at 1.60x of the fastest plain decoding (2.00x of generate)." in text
     assert "- Auto: auto picks W15 N5 G15 after 12.0 s of calibration; 1.52x of the fastest plain decoding." in text
-    assert "raised OutOfMemoryError; KV cache dropped: True; memory returned: True; decoding again works: True" in text
+    assert "raised OutOfMemoryError (the app's worker catches it: True); KV cache dropped: True; memory returned: True; decoding again works: True" in text
     assert "- Host syncs per steady-state step, W15 N5 G15: 3.0." in text
     assert "| W15 N5 G15 | implicit | 1.00 | core/lookahead/decoder.py:183 | `predictions = logits.argmax(dim=-1).tolist()` |" in text
     assert "| auto (W15 N5 G15) | 121.9 | 2.13 | 1.90x | 1.52x | 2/2 | 3,072 |" in text
