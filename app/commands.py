@@ -214,7 +214,7 @@ def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.models.options import source_from_spec
 
     source = source_from_spec(args.model) if args.model else ModelSource()
-    loaded = load_model(source, LoadOptions(device="cpu", dtype="fp32", quantization="none"), paths.ensure(),
+    loaded = load_model(source, LoadOptions(device="cpu", dtype=args.dtype, quantization="none"), paths.ensure(),
                         _progress_printer(f"{source.display_name}: "))
     try:
         result = write_export(loaded, Path(args.out), DTYPE_BY_NAME[args.dtype], args.split_mb * 10**6 if args.split_mb > 0 else None)

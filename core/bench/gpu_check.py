@@ -62,6 +62,8 @@ def context_from(args: argparse.Namespace) -> sections.Context:
         shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     else:
         shapes = ["tiny"] if args.tiny else ["1b", "8b", "13b"] if device.type == "cuda" else ["1b"]
+    if args.model is not None and not args.model.is_dir():
+        raise SystemExit(f"error: --model {args.model} is not a folder: give the folder that `export-model` wrote.")
     unknown = [s for s in shapes if s not in sections.SHAPES]
     if unknown:
         raise SystemExit(f"error: unknown shape(s) {', '.join(unknown)}; choose from {', '.join(sections.SHAPES)}.")

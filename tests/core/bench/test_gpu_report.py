@@ -60,3 +60,13 @@ def test_the_report_answers_the_cuda_questions() -> None:
     assert "- Host syncs per steady-state step, W15 N5 G15: 3.0." in text
     assert "| W15 N5 G15 | implicit | 1.00 | core/lookahead/decoder.py:183 | `predictions = logits.argmax(dim=-1).tolist()` |" in text
     assert "| auto (W15 N5 G15) | 121.9 | 2.13 | 1.90x | 1.52x | 2/2 | 3,072 |" in text
+
+
+def test_a_missing_model_folder_is_refused_before_anything_runs(tmp_path) -> None:
+    import pytest
+
+    from core.bench.gpu_check import main
+
+    with pytest.raises(SystemExit, match="is not a folder"):
+        main(["--out", str(tmp_path / "out"), "--device", "cpu", "--tiny", "--model", str(tmp_path / "missing")])
+    assert not (tmp_path / "out").exists()
