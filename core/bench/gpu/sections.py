@@ -12,12 +12,18 @@ from typing import Any
 
 import torch
 
+from core.bench.gpu.auto_choice import calibrate_auto
 from core.bench.gpu.budget import Deadline
+from core.bench.gpu.exactness import compare, random_prompts
+from core.bench.gpu.oom import provoke_oom
 from core.bench.gpu.quantize import bitsandbytes_status
+from core.bench.gpu.real_model import bench_prompts, eos_ids, load_folder, run_methods, standard_methods, summarize
 from core.bench.gpu.shapes import MODES, QUANT_MODES, SHAPES, random_model, weight_bytes
+from core.bench.gpu.step_cost import measure_curve
+from core.bench.gpu.syncs import probe_syncs
 from core.lookahead import LookaheadConfig
 
-BYTES_PER_PARAMETER = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.1, "nf4": 0.6}
+BYTES_PER_PARAMETER = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}
 BUILD_AND_MEASURE_GUESS_S = {"tiny": 1.0, "1b": 8.0, "8b": 25.0, "13b": 45.0}  # before any item has run
 
 
@@ -66,11 +72,10 @@ def _result(status: str = "ok", **data: Any) -> dict[str, Any]:
 
 def step_cost(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     """Step cost curves per shape and dtype/quantization."""
-    from core.bench.gpu.step_cost import measure_curve
 
     out = _result(context=ctx.context_tokens, sizes=list(ctx.sizes), rows=[])
     usable, bnb_note = bitsandbytes_status()
-    out["notes"].append(bnb_note)
+    out["notes"].append(bnb_note + ("; nf4 and int8 layers compute in fp16, the LM head stays fp16" if usable else ""))
     modes = ["fp16", "bf16", *(QUANT_MODES if usable else ())]
     if ctx.cuda and not torch.cuda.is_bf16_supported():
         modes.remove("bf16")
@@ -88,34 +93,39 @@ def step_cost(ctx: Context, deadline: Deadline) -> dict[str, Any]:
                 out["notes"].append(f"{shape} {mode}: skipped, not enough free GPU memory")
                 continue
             start = time.perf_counter()
-            model = ctx.model(shape, mode)
-            built = time.perf_counter() - start
-            if ctx.cuda:
-                torch.cuda.reset_peak_memory_stats(ctx.device)
-            seconds = measure_curve(model, ctx.sizes, ctx.context_tokens, ctx.repeats)
-            out["rows"].append({
-                "shape": shape, "like": SHAPES[shape].like, "mode": mode, "seconds": seconds,
-                "ratio": [s / seconds[0] for s in seconds], "weight_bytes": weight_bytes(model),
-                "peak_bytes": torch.cuda.max_memory_allocated(ctx.device) if ctx.cuda else None,
-                "build_seconds": built,
-            })
+            try:
+                out["rows"].append(_curve_row(ctx, shape, mode))
+            except Exception as err:  # e.g. a bitsandbytes kernel missing for this GPU: the other rows still count
+                out["status"] = "partial"
+                out["notes"].append(f"{shape} {mode}: failed ({type(err).__name__}: {err})")
             seconds_per_item[shape] = time.perf_counter() - start
-            del model  # before the next build: two 13B models need not fit at once
-            ctx.release()
+            ctx.release()  # before the next build: two 13B models need not fit at once
     return out
+
+
+def _curve_row(ctx: Context, shape: str, mode: str) -> dict[str, Any]:
+    start = time.perf_counter()
+    model = ctx.model(shape, mode)
+    built = time.perf_counter() - start
+    if ctx.cuda:
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    seconds = measure_curve(model, ctx.sizes, ctx.context_tokens, ctx.repeats)
+    return {
+        "shape": shape, "like": SHAPES[shape].like, "mode": mode, "seconds": seconds,
+        "ratio": [s / seconds[0] for s in seconds], "weight_bytes": weight_bytes(model),
+        "peak_bytes": torch.cuda.max_memory_allocated(ctx.device) if ctx.cuda else None,
+        "build_seconds": built,
+    }
 
 
 def _fits(shape: str, mode: str, ctx: Context) -> bool:
     free, _ = torch.cuda.mem_get_info(ctx.device)
-    need = SHAPES[shape].parameters() * BYTES_PER_PARAMETER[mode] * 1.25 + (2 << 30)
-    if mode in QUANT_MODES:  # built in fp16 first, then quantized layer by layer
-        need = SHAPES[shape].parameters() * BYTES_PER_PARAMETER["fp16"] * 1.25 + (2 << 30)
-    return free >= need
+    built_as = "fp16" if mode in QUANT_MODES else mode  # quantized models are built in fp16, then quantized
+    return free >= SHAPES[shape].parameters() * BYTES_PER_PARAMETER[built_as] * 1.25 + (2 << 30)
 
 
 def exactness(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     """Lookahead vs plain greedy on a random model, fp32 (must be identical) and fp16 (share reported)."""
-    from core.bench.gpu.exactness import compare, random_prompts
 
     shape = SHAPES[ctx.check_shape]
     configs = [LookaheadConfig(4, 4, 4), LookaheadConfig(7, 5, 7)] if ctx.tiny else [LookaheadConfig(7, 5, 7), LookaheadConfig(15, 5, 15)]
@@ -135,8 +145,6 @@ def exactness(ctx: Context, deadline: Deadline) -> dict[str, Any]:
 
 def syncs(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     """Host synchronisations per steady-state step, plain and lookahead."""
-    from core.bench.gpu.exactness import random_prompts
-    from core.bench.gpu.syncs import probe_syncs
 
     out = _result(rows=[])
     if not ctx.cuda:
@@ -150,8 +158,6 @@ def syncs(ctx: Context, deadline: Deadline) -> dict[str, Any]:
 
 def out_of_memory(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     """A real out-of-memory during a lookahead step on CUDA; skipped on the CPU."""
-    from core.bench.gpu.exactness import random_prompts
-    from core.bench.gpu.oom import provoke_oom
 
     if not ctx.cuda:
         return _result("skipped", notes=["CPU: no device memory to fill; this section runs on CUDA only"])
@@ -162,8 +168,6 @@ def out_of_memory(ctx: Context, deadline: Deadline) -> dict[str, Any]:
 
 def real_model(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     """The model folder given with --model: every grid setting and Auto against generate and plain."""
-    from core.bench.gpu.auto_choice import calibrate_auto
-    from core.bench.gpu.real_model import bench_prompts, eos_ids, load_folder, run_methods, standard_methods, summarize
 
     if ctx.model_dir is None:
         return _result("skipped", notes=["no --model DIR given (export one with `python -m app export-model`, see README)"])

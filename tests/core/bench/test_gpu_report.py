@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from core.bench.gpu.auto_choice import AutoOutcome
@@ -11,7 +12,7 @@ from core.bench.gpu.real_model import GENERATE, PLAIN, MethodResult, summarize
 from core.bench.gpu.report import render
 from core.bench.gpu.sections import Context
 from core.bench.gpu.syncs import SyncReport, SyncSite
-from core.bench.gpu_check import PLAN, run
+from core.bench.gpu_check import PLAN, main, run
 from core.lookahead import LookaheadConfig
 
 
@@ -63,10 +64,6 @@ def test_the_report_answers_the_cuda_questions() -> None:
 
 
 def test_a_missing_model_folder_is_refused_before_anything_runs(tmp_path) -> None:
-    import pytest
-
-    from core.bench.gpu_check import main
-
     with pytest.raises(SystemExit, match="is not a folder"):
         main(["--out", str(tmp_path / "out"), "--device", "cpu", "--tiny", "--model", str(tmp_path / "missing")])
     assert not (tmp_path / "out").exists()
