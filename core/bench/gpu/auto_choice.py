@@ -36,7 +36,10 @@ def calibrate_auto(model: Any, device: torch.device) -> AutoOutcome:
         from core.lookahead.auto import calibrate
     except ImportError as err:
         return AutoOutcome(False, f"auto: not available in this checkout ({err})")
-    calibration = calibrate(model, device=device, progress=None)
+    try:
+        calibration = calibrate(model, device=device, progress=None)
+    except Exception as err:  # the grid still runs without Auto
+        return AutoOutcome(False, f"auto: calibration failed ({type(err).__name__}: {err})")
     choice = calibration.choice
     picked = choice.label if choice is not None else "plain decoding"
     return AutoOutcome(True, f"auto picks {picked} after {calibration.seconds:.1f} s of calibration",

@@ -45,7 +45,6 @@ class MethodResult:
     seconds: float = 0.0
     identical: int = 0  # outputs equal to generate's
     peak_bytes: int | None = None
-    runs: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -118,7 +117,6 @@ def run_methods(model: Any, prompts: Sequence[list[int]], methods: Sequence[Meth
             result.new_tokens += len(tokens)
             result.steps += steps
             result.seconds += seconds
-            result.runs += 1
             if device.type == "cuda":
                 result.peak_bytes = max(result.peak_bytes or 0, torch.cuda.max_memory_allocated(device))
             outputs[method.name] = tokens

@@ -32,9 +32,9 @@ def test_section_deadlines_share_the_budget() -> None:
 
 def _cuda_report() -> dict:
     auto = AutoOutcome(True, "auto picks W15 N5 G15 after 12.0 s of calibration", LookaheadConfig(15, 5, 15), 12.0, {"grid": []})
-    results = [MethodResult(GENERATE, 256, 256, 4.0, 2, 2 << 30, 2), MethodResult(PLAIN, 256, 256, 3.2, 2, 2 << 30, 2),
-               MethodResult("lookahead W15 N5 G15", 256, 120, 2.0, 2, 3 << 30, 2),
-               MethodResult("auto (W15 N5 G15)", 256, 120, 2.1, 2, 3 << 30, 2)]
+    results = [MethodResult(GENERATE, 256, 256, 4.0, 2, 2 << 30), MethodResult(PLAIN, 256, 256, 3.2, 2, 2 << 30),
+               MethodResult("lookahead W15 N5 G15", 256, 120, 2.0, 2, 3 << 30),
+               MethodResult("auto (W15 N5 G15)", 256, 120, 2.1, 2, 3 << 30)]
     oom = OomResult("OutOfMemoryError", True, "CUDA out of memory. Tried to allocate 20.00 MiB", 3, 14, True, 2 << 30, 2 << 30, True, True)
     syncs = SyncReport("W15 N5 G15", 8, True, [
         SyncSite("implicit", "core/lookahead/decoder.py:183", "predictions = logits.argmax(dim=-1).tolist()", 1.0),
