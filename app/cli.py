@@ -72,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--conversation-pool", action="store_true", help="also run lookahead with message-only and conversation pools")
     bench.add_argument("--out", default="bench-results", help="folder for the JSON file and the PNG chart")
     bench.add_argument("--overhead", action="store_true", help="only profile the time spent outside the forward pass")
+    export = sub.add_parser("export-model", help="write a model as a safetensors folder with its tokenizer (for the GPU check)")
+    export.add_argument("--model", help="'default' (the default), a model folder, a .gguf file or a hub repo id")
+    export.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")
+    export.add_argument("--out", required=True, help="a new or empty folder")
+    export.add_argument("--split-mb", type=int, default=0,
+                        help="split files larger than this many MB (10^6 bytes) into parts; join them with "
+                             "`python -m core.bench.join_parts DIR` (0: no split)")
     tune = sub.add_parser("tune", help="measure every setting's tokens per step for this model (Auto's deeper search)")
     _model_arguments(tune)
     tune.add_argument("--prompts", type=int, default=4, help="prompts per suite used to measure acceptance")

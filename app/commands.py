@@ -244,6 +244,31 @@ def tune(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0
 
 
+def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Write a model (the default one unless --model) as a safetensors folder, optionally in parts."""
+    from pathlib import Path
+
+    from core.models import LoadOptions, ModelSource, load_model
+    from core.models.device import DTYPE_BY_NAME
+    from core.models.export import export_model as write_export
+    from core.models.options import source_from_spec
+
+    source = source_from_spec(args.model) if args.model else ModelSource()
+    loaded = load_model(source, LoadOptions(device="cpu", dtype=args.dtype, quantization="none"), paths.ensure(),
+                        _progress_printer(f"{source.display_name}: "))
+    try:
+        result = write_export(loaded, Path(args.out), DTYPE_BY_NAME[args.dtype], args.split_mb * 10**6 if args.split_mb > 0 else None)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for name, size in result.files:
+        print(f"{size / 10**6:10.1f} MB  {result.folder / name}")
+    if result.split:
+        print(f"Split into parts: on the other side run `python -m core.bench.join_parts {result.folder}` "
+              "(gpu_check --model joins them by itself).")
+    return 0
+
+
 def self_test(paths: AppPaths) -> int:
     """Load the default model, generate 16 tokens plain and lookahead, check they agree."""
     import time
