@@ -32,6 +32,7 @@ from app.compare.summary_strip import ERROR_COLOR, SummaryStrip
 from core.compare import LOOKAHEAD, PLAIN, Comparison, RunDone, RunStarted, RunStep, summarize
 from core.compare.export import export_csv, export_json
 from core.compare.store import ComparisonStore
+from core.jobs import JobFailure
 from core.paths import AppPaths
 from core.settings import Settings
 
@@ -238,8 +239,8 @@ class ComparePage(QWidget):
             self.histogram.set_counts(comparison_histogram(comparison))
         self.export_button.setEnabled(not self.runner.busy)
 
-    def _on_failed(self, message: str) -> None:
-        self._show_status(message, error=True)
+    def _on_failed(self, failure: JobFailure) -> None:
+        self._show_status(failure.message, error=True)
 
     def _on_busy(self, busy: bool) -> None:
         ready = self.runner.call is not None and not busy

@@ -1,40 +1,43 @@
 """Runs comparisons and suite benchmarks off the GUI thread; reports them as queued Qt signals.
 
-The model is reached through a :data:`ModelCall`: a function that runs a job with the loaded
-model on a background thread. The main window passes its model worker's, so a comparison queues
-behind (never beside) a chat answer; :func:`thread_call` serves a model held directly (tests).
+Both are step jobs (:class:`core.jobs.StepsJob`) reached through a :data:`ModelCall`: a function
+that runs one with the loaded model on a background thread. The main window passes its model
+worker's ``run_job``, so a comparison queues behind (never beside) a chat answer and shares its
+throttle, error path and cancel rule; :func:`thread_call` serves a model held directly (tests).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from PySide6.QtCore import QObject, Signal
 
+from app.job_signals import JobSignals
 from core.compare import CompareRequest, ComparisonRun, RunStep
 from core.compare.suites import run_suites
+from core.jobs import JobFailure, StepsJob
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import CancelToken
 from core.settings import Settings
 from core.tuning import lookahead_for
 
-log = logging.getLogger(__name__)
-
-ModelCall = Callable[[Callable[[LoadedModel | None], None]], None]
-EMIT_INTERVAL_S = 0.25  # streamed steps reach the GUI 4 times a second: GUI work competes with decoding for the CPU and the GIL
+ModelCall = Callable[[StepsJob], None]
 
 
 def thread_call(loaded: LoadedModel) -> ModelCall:
     """A :data:`ModelCall` for a model held by the caller: each job gets its own thread."""
 
-    def call(job: Callable[[LoadedModel | None], None]) -> None:
-        threading.Thread(target=job, args=(loaded,), name="compare", daemon=True).start()
+    def call(job: StepsJob) -> None:
+        threading.Thread(target=job.run, args=(loaded,), name="compare", daemon=True).start()
 
     return call
+
+
+def _not_a_step(event: object) -> bool:
+    """Run started or finished: shown at once, not held for the throttle."""
+    return not isinstance(event, RunStep)
 
 
 class CompareRunner(QObject):
@@ -44,9 +47,8 @@ class CompareRunner(QObject):
     compared = Signal(object)  # Comparison, finished or stopped
     suite_progress = Signal(str, float)
     suites_done = Signal(object)  # list[core.bench.report.Row]
-    failed = Signal(str)
+    failed = Signal(object)  # core.jobs.JobFailure
     busy_changed = Signal(bool)
-    _ended = Signal()
 
     def __init__(self, call: ModelCall | None, paths: AppPaths, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -54,43 +56,40 @@ class CompareRunner(QObject):
         self.paths = paths
         self.busy = False
         self._cancel = CancelToken()
+        self._run: ComparisonRun | None = None  # set on the job thread, read after it ended
         self._warmed: set[int] = set()  # id() of models already warmed up; job threads only
-        self._ended.connect(self._on_ended)
+        self.job = JobSignals(self)
+        self.job.yielded.connect(self._on_yielded)
+        self.job.errored.connect(self._on_errored)
+        self.job.finished.connect(self._on_finished)
+        self.job.aborted.connect(self._on_aborted)
+        self.job.ended.connect(self._on_ended)
 
     def compare(self, prompt: str, settings: Settings, max_new_tokens: int, repeats: int,
                 conversation_id: str | None) -> None:
         """Start a comparison of ``prompt`` with the settings' lookahead parameters."""
 
-        def job(loaded: LoadedModel) -> None:
+        def build(loaded: LoadedModel) -> ComparisonRun:
             request = CompareRequest(prompt, settings.system_prompt, lookahead_for(settings.lookahead, loaded, self.paths),
                                      max_new_tokens, repeats, conversation_id)
-            run = ComparisonRun(loaded, request, cancel, warm_up=id(loaded.model) not in self._warmed)
+            self._run = ComparisonRun(loaded, request, cancel, warm_up=id(loaded.model) not in self._warmed)
             self._warmed.add(id(loaded.model))
-            pending: list[object] = []
-            last = time.monotonic()
-            for event in run:
-                pending.append(event)
-                now = time.monotonic()
-                if not isinstance(event, RunStep) or now - last >= EMIT_INTERVAL_S:
-                    self.events.emit(pending)
-                    pending, last = [], now
-            if pending:
-                self.events.emit(pending)
-            self.compared.emit(run.result())
+            return self._run
 
+        self._run = None
         cancel = self._start()
-        self._submit(job)
+        self._submit(StepsJob(build, self.job.listener(), cancel, "The comparison", urgent=_not_a_step))
 
     def run_suites(self, settings: Settings, max_new_tokens: int, limit: int) -> None:
         """Run the built-in suites (the first ``limit`` prompts of each), plain loop vs lookahead."""
 
-        def job(loaded: LoadedModel) -> None:
+        def build(loaded: LoadedModel) -> Iterator[list]:
             config = lookahead_for(settings.lookahead, loaded, self.paths)
-            rows = run_suites(loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=cancel)
-            self.suites_done.emit(rows)
+            yield run_suites(loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=cancel)
 
+        self._run = None
         cancel = self._start()
-        self._submit(job)
+        self._submit(StepsJob(build, self.job.listener(), cancel, "The suite run", urgent=lambda _rows: True))
 
     def stop(self) -> None:
         self._cancel.cancel()
@@ -105,23 +104,28 @@ class CompareRunner(QObject):
         self.busy_changed.emit(True)
         return self._cancel
 
-    def _submit(self, job: Callable[[LoadedModel], None]) -> None:
-        def guarded(loaded: LoadedModel | None) -> None:
-            try:
-                if loaded is None:
-                    self.failed.emit("No model is loaded. Wait for the model to load, or choose one in Settings.")
-                else:
-                    job(loaded)
-            except ValueError as err:  # e.g. a prompt too long for the context
-                self.failed.emit(str(err))
-            except Exception as err:  # a library error must not leave the page busy
-                log.exception("comparison failed")
-                self.failed.emit(f"The comparison stopped because of an error ({type(err).__name__}: {err}).")
-            finally:
-                self._ended.emit()
-
+    def _submit(self, job: StepsJob) -> None:
         assert self.call is not None
-        self.call(guarded)
+        self.call(job)
+
+    def _on_yielded(self, batch: list[object]) -> None:
+        if self._run is None:  # a suite run yields its table once
+            self.suites_done.emit(batch[-1])
+        else:
+            self.events.emit(batch)
+
+    def _on_errored(self, failure: JobFailure) -> None:
+        self.failed.emit(failure)
+
+    def _on_finished(self) -> None:
+        if self._run is not None:
+            self.compared.emit(self._run.result())
+
+    def _on_aborted(self) -> None:
+        if self._run is not None:
+            comparison = self._run.result()
+            comparison.cancelled = True  # stopped between steps: the run may not have seen the token itself
+            self.compared.emit(comparison)
 
     def _on_ended(self) -> None:
         self.busy = False
