@@ -13,6 +13,12 @@ from core.paths import AppPaths
 Command = Callable[[argparse.Namespace, AppPaths], int]
 
 
+class _StderrLine:
+    """Whether a progress line on stderr is still open (an error must start on a line of its own)."""
+
+    open = False
+
+
 def one_line_errors(command: Command) -> Command:
     """Any failure of ``command`` becomes one ``error: ...`` line on stderr and exit code 1, never a traceback."""
 
@@ -23,6 +29,9 @@ def one_line_errors(command: Command) -> Command:
         try:
             return command(args, paths)
         except Exception as err:
+            if _StderrLine.open:
+                sys.stderr.write("\n")
+                _StderrLine.open = False
             print(f"error: {describe_failure(err, 'The command').message}", file=sys.stderr)
             return 1
 
@@ -39,6 +48,7 @@ def _progress_printer(label: str = ""):
             sys.stderr.write(line.ljust(len(last[0])))
             sys.stderr.flush()
             last[0] = line
+        _StderrLine.open = fraction < 1.0
         if fraction >= 1.0:
             sys.stderr.write("\n")
 

@@ -219,7 +219,8 @@ class _AnswerReport:
             import torch
 
             torch.cuda.empty_cache()
-        self._end("error", failure.message)
+        kept = " The text so far is kept." if self.answer is not None and self.answer.text else ""
+        self._end("error", failure.message + kept)
 
     def aborted(self) -> None:
         self._end("cancelled")

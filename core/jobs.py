@@ -27,10 +27,9 @@ EMIT_INTERVAL_S = 0.1
 """Steps reach the listener at most 10 times a second: GUI work competes with decoding for the CPU."""
 
 OOM_ADVICE = (
-    "The device ran out of memory; the text so far is kept. Use a smaller lookahead window "
-    "(lower W and G, or plain mode), fewer new tokens, or load the model in 4-bit (Settings, Model, Quantization)."
+    "the device ran out of memory. Use a smaller lookahead window (lower W and G, or plain mode), "
+    "fewer new tokens, or load the model in 4-bit (Settings, Model, Quantization)."
 )
-
 
 NO_MODEL = "No model is loaded. Wait for the model to load, or choose one in Settings."
 
@@ -62,8 +61,7 @@ def describe_failure(err: BaseException, what: str = "The job") -> JobFailure:
     detail = str(err).strip() or "no details"
     return JobFailure(
         "unexpected",
-        f"{what} stopped because of an error ({type(err).__name__}: {detail}); the text so far is kept. "
-        "Try again; if it happens again, check the settings (sampling, seed) or choose another model in Settings.",
+        f"{what} stopped because of an error ({type(err).__name__}: {detail}). Try again; if it happens again, check the settings (sampling, seed) or choose another model in Settings.",
     )
 
 
