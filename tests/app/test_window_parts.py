@@ -252,6 +252,7 @@ def test_run_gui_runs_on_qasync_offline_and_quits(tiny_settings, app_paths, tmp_
 
     tiny_settings(max_new_tokens=8)
     script = f"""
+import asyncio
 import sys
 from pathlib import Path
 from PySide6.QtCore import QTimer
@@ -261,12 +262,19 @@ from core.paths import AppPaths
 
 app = QApplication(sys.argv)
 
+async def report_and_close():
+    # Runs as an asyncio task: only possible when the Qt event loop is also an asyncio loop (qasync).
+    await asyncio.sleep(0)
+    print("asyncio loop", type(asyncio.get_running_loop()).__module__.split(".")[0], flush=True)
+    app.closeAllWindows()
+
 def close_when_ready():
     windows = [w for w in app.topLevelWidgets() if type(w).__name__ == "MainWindow"]
-    if windows and windows[0].model is not None:
+    if windows and windows[0].model is not None and timer.isActive():
+        timer.stop()
         import huggingface_hub.constants as constants
         print("offline", constants.HF_HUB_OFFLINE, flush=True)
-        app.closeAllWindows()
+        asyncio.ensure_future(report_and_close())
 
 timer = QTimer(interval=100)
 timer.timeout.connect(close_when_ready)
@@ -279,3 +287,4 @@ print("exit", code)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "offline True" in done.stdout and "exit 0" in done.stdout
+    assert "asyncio loop qasync" in done.stdout  # the window's event loop runs asyncio tasks
