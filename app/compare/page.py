@@ -85,7 +85,7 @@ class ComparePage(QWidget):
         self.compare_button.setDefault(True)
         self.compare_button.clicked.connect(self.start)
         self.stop_button = QPushButton("Stop")
-        self.stop_button.clicked.connect(self.runner.stop)
+        self.stop_button.clicked.connect(self.stop)
         self.history = QComboBox()
         self.history.setMinimumWidth(260)
         self.history.setToolTip("Comparisons kept with this conversation")
@@ -169,6 +169,12 @@ class ComparePage(QWidget):
         self.histogram.set_counts({})
         self._show_status("Warming up\u2026")
         self.runner.compare(prompt, self.settings(), self.max_tokens.value(), self.repeats.value(), self.conversation_id)
+
+    def stop(self) -> None:
+        """Stop the comparison or suite run (within one decoding step; at once if it has not begun)."""
+        self.runner.stop()
+        if not self.runner.busy:
+            self._show_status("Stopped.")
 
     def run_suites(self, prompts_per_suite: int) -> None:
         self.suites.begin()

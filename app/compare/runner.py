@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Signal, Slot
 
 from app.job_signals import JobSignals
 from core.compare import CompareRequest, ComparisonRun, RunStep
@@ -40,8 +40,52 @@ def _not_a_step(event: object) -> bool:
     return not isinstance(event, RunStep)
 
 
+class _Job(QObject):
+    """One comparison or suite run: its signals, whether the model thread has begun it, its run.
+
+    Lives on the GUI thread, so the signals its model-thread listener emits arrive here queued.
+    """
+
+    def __init__(self, runner: "CompareRunner") -> None:
+        super().__init__(runner)
+        self.runner = runner
+        self.signals = JobSignals(self)
+        self.cancel = CancelToken()
+        self.started = threading.Event()  # set on the model thread when it builds the job
+        self.run: ComparisonRun | None = None  # set on the model thread, read after its signals
+        self.signals.yielded.connect(self._yielded)
+        self.signals.errored.connect(runner.failed)
+        self.signals.finished.connect(self._finished)
+        self.signals.aborted.connect(self._aborted)
+        self.signals.ended.connect(self._ended)
+
+    @Slot(object)
+    def _yielded(self, batch: list[object]) -> None:
+        if self.run is None:  # a suite run yields its table once
+            self.runner.suites_done.emit(batch[-1])
+        else:
+            self.runner.events.emit(batch)
+
+    @Slot()
+    def _finished(self) -> None:
+        if self.run is not None:
+            self.runner.compared.emit(self.run.result())
+
+    @Slot()
+    def _aborted(self) -> None:
+        if self.run is not None:
+            comparison = self.run.result()
+            comparison.cancelled = True  # stopped between steps: the run may not have seen the token itself
+            self.runner.compared.emit(comparison)
+
+    @Slot()
+    def _ended(self) -> None:
+        self.runner._job_ended(self)
+
+
 class CompareRunner(QObject):
-    """One job at a time: a comparison or a suite run. Stop cancels it within one decoding step."""
+    """One job at a time: a comparison or a suite run. Stop cancels it within one decoding step;
+    a job still queued behind other model work (a chat answer) ends at once."""
 
     events = Signal(object)  # list of core.compare events, in order
     compared = Signal(object)  # Comparison, finished or stopped
@@ -54,79 +98,65 @@ class CompareRunner(QObject):
         super().__init__(parent)
         self.call = call
         self.paths = paths
-        self.busy = False
-        self._cancel = CancelToken()
-        self._run: ComparisonRun | None = None  # set on the job thread, read after it ended
+        self._job: _Job | None = None
         self._warmed: set[int] = set()  # id() of models already warmed up; job threads only
-        self.job = JobSignals(self)
-        self.job.yielded.connect(self._on_yielded)
-        self.job.errored.connect(self._on_errored)
-        self.job.finished.connect(self._on_finished)
-        self.job.aborted.connect(self._on_aborted)
-        self.job.ended.connect(self._on_ended)
+
+    @property
+    def busy(self) -> bool:
+        return self._job is not None
 
     def compare(self, prompt: str, settings: Settings, max_new_tokens: int, repeats: int,
                 conversation_id: str | None) -> None:
         """Start a comparison of ``prompt`` with the settings' lookahead parameters."""
+        job = self._start()
 
         def build(loaded: LoadedModel) -> ComparisonRun:
+            job.started.set()
             request = CompareRequest(prompt, settings.system_prompt, lookahead_for(settings.lookahead, loaded, self.paths),
                                      max_new_tokens, repeats, conversation_id)
-            self._run = ComparisonRun(loaded, request, cancel, warm_up=id(loaded.model) not in self._warmed)
+            job.run = ComparisonRun(loaded, request, job.cancel, warm_up=id(loaded.model) not in self._warmed)
             self._warmed.add(id(loaded.model))
-            return self._run
+            return job.run
 
-        self._run = None
-        cancel = self._start()
-        self._submit(StepsJob(build, self.job.listener(), cancel, "The comparison", urgent=_not_a_step))
+        self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The comparison", urgent=_not_a_step))
 
     def run_suites(self, settings: Settings, max_new_tokens: int, limit: int) -> None:
         """Run the built-in suites (the first ``limit`` prompts of each), plain loop vs lookahead."""
+        job = self._start()
 
         def build(loaded: LoadedModel) -> Iterator[list]:
+            job.started.set()
             config = lookahead_for(settings.lookahead, loaded, self.paths)
-            yield run_suites(loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=cancel)
+            yield run_suites(loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=job.cancel)
 
-        self._run = None
-        cancel = self._start()
-        self._submit(StepsJob(build, self.job.listener(), cancel, "The suite run", urgent=lambda _rows: True))
+        self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The suite run", urgent=lambda _rows: True))
 
     def stop(self) -> None:
-        self._cancel.cancel()
+        job = self._job
+        if job is None:
+            return
+        job.cancel.cancel()
+        if not job.started.is_set():  # still queued: the model thread will skip it
+            job.signals.blockSignals(True)
+            self._job = None
+            self.busy_changed.emit(False)
 
-    def _start(self) -> CancelToken:
-        if self.busy:
+    def _start(self) -> _Job:
+        if self._job is not None:
             raise RuntimeError("A comparison is already running; stop it first.")
         if self.call is None:
             raise RuntimeError("No model is loaded yet.")
-        self._cancel = CancelToken()
-        self.busy = True
+        job = _Job(self)
+        self._job = job
         self.busy_changed.emit(True)
-        return self._cancel
+        return job
 
     def _submit(self, job: StepsJob) -> None:
         assert self.call is not None
         self.call(job)
 
-    def _on_yielded(self, batch: list[object]) -> None:
-        if self._run is None:  # a suite run yields its table once
-            self.suites_done.emit(batch[-1])
-        else:
-            self.events.emit(batch)
-
-    def _on_errored(self, failure: JobFailure) -> None:
-        self.failed.emit(failure)
-
-    def _on_finished(self) -> None:
-        if self._run is not None:
-            self.compared.emit(self._run.result())
-
-    def _on_aborted(self) -> None:
-        if self._run is not None:
-            comparison = self._run.result()
-            comparison.cancelled = True  # stopped between steps: the run may not have seen the token itself
-            self.compared.emit(comparison)
-
-    def _on_ended(self) -> None:
-        self.busy = False
-        self.busy_changed.emit(False)
+    def _job_ended(self, job: _Job) -> None:
+        if self._job is job:
+            self._job = None
+            self.busy_changed.emit(False)
+        job.deleteLater()

@@ -81,6 +81,21 @@ def test_suites_run_from_the_page_fill_the_table(qtbot, page):
     assert page.suites.progress.value() == 1000
 
 
+def test_stop_of_a_comparison_queued_behind_other_work_returns_the_page_to_idle(qtbot, app_paths, tiny_loaded):
+    queued = []  # a model thread busy elsewhere: the job waits here
+    page = ComparePage(queued.append, app_paths, lambda: SETTINGS)
+    qtbot.addWidget(page)
+    page.start()
+    assert page.runner.busy and not page.compare_button.isEnabled()
+    page.stop_button.click()
+    assert not page.runner.busy and page.compare_button.isEnabled() and page.status.text() == "Stopped."
+    compared = []
+    page.runner.compared.connect(compared.append)
+    assert queued[0].run(tiny_loaded) == "aborted"  # reached later, the job is skipped without a step
+    qtbot.wait(50)
+    assert compared == [] and page.comparison is None and not page.runner.busy
+
+
 @pytest.mark.parametrize(("dtype", "cause"), [("float32", "a bug"), ("bfloat16", "bfloat16 rounding")])
 def test_a_difference_is_shown_as_an_error(qtbot, app_paths, dtype, cause):
     from core.compare import Comparison, RunRecord
