@@ -141,11 +141,10 @@ class _PromptSearch:
     The kept part starts at a user message (templates that insist on alternating roles refuse
     anything else). A cut fits when ``system + rest[cut:]`` encodes within the budget; fewer kept
     turns never take more tokens. The first guess comes from the newest messages' own token
-    counts plus the template's overhead per message; each encoding then narrows the range of
-    candidates (``over`` does not fit, ``fit`` fits) until they meet, so the answer is exact.
+    counts plus the template's overhead per message; encodings then bracket the answer
+    (``over`` does not fit, ``fit`` fits) and narrow the bracket until they meet, so the answer
+    is exact.
     """
-
-    NEIGHBOUR_PROBES = 2  # steps of one cut from the guess before halving the range
 
     def __init__(self, tokenizer: Any, system: list[Message], rest: list[Message], budget: int) -> None:
         self.tokenizer, self.system, self.rest, self.budget = tokenizer, system, rest, budget
@@ -157,16 +156,32 @@ class _PromptSearch:
         over, fit = -1, len(self.cuts) - 1  # positions in self.cuts
         if not self._fits(fit):
             raise PromptError(_too_long(self.budget))
-        guess = self._first_guess()
-        probes = 0
+        if fit > 0:
+            # Gallop from the guess (steps 1, 2, 4, ...) until the answer is bracketed, so no
+            # encoding is much longer than what fits; then halve the bracket.
+            guess = min(self._first_guess(), fit - 1)
+            shrinking = self._fits(guess)  # the guess fits: look for more turns that fit too
+            fit, over = (guess, over) if shrinking else (fit, guess)
+            step = 1
+            while fit - over > 1:
+                guess = max(fit - step, over + 1) if shrinking else min(over + step, fit - 1)
+                if not over < guess < fit:
+                    break
+                if self._fits(guess):
+                    fit = guess
+                    if not shrinking:
+                        break
+                else:
+                    over = guess
+                    if shrinking:
+                        break
+                step *= 2
         while fit - over > 1:
-            if probes >= self.NEIGHBOUR_PROBES or not over < guess < fit:
-                guess = (over + fit) // 2
-            probes += 1
-            if self._fits(guess):
-                fit, guess = guess, guess - 1
+            middle = (over + fit) // 2
+            if self._fits(middle):
+                fit = middle
             else:
-                over, guess = guess, guess + 1
+                over = middle
         return _prompt(self.encoded[fit], self.cuts[fit])
 
     def _fits(self, position: int) -> bool:
