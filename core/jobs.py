@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from core.models.errors import ModelError
 from core.progress import CancelToken
 
 log = logging.getLogger(__name__)
@@ -54,14 +55,13 @@ def describe_failure(err: BaseException, what: str = "The job") -> JobFailure:
     """
     if _is_out_of_memory(err):
         return JobFailure("out-of-memory", f"{what} stopped: {OOM_ADVICE}")
-    from core.models.errors import ModelError
-
     if isinstance(err, (ValueError, ModelError)):  # our own checks say what happened and what to change
         return JobFailure("explained", str(err))
     detail = str(err).strip() or "no details"
     return JobFailure(
         "unexpected",
-        f"{what} stopped because of an error ({type(err).__name__}: {detail}). Try again; if it happens again, check the settings (sampling, seed) or choose another model in Settings.",
+        f"{what} stopped because of an error ({type(err).__name__}: {detail}). Try again; if it happens again, "
+        "check the settings (sampling, seed) or choose another model in Settings.",
     )
 
 
