@@ -59,13 +59,13 @@ def title_from(text: str) -> str:
 
 
 def context_note(start: AnswerStart) -> str:
-    if not start.dropped_messages:
-        return ""
-    turns = "message was" if start.dropped_messages == 1 else "messages were"
-    return (
-        f"{start.dropped_messages} earlier {turns} left out to fit the model's context of "
-        f"{start.context_length} tokens (the system prompt is kept)."
-    )
+    """What the user should know about the prompt: turns left out, a fallback used."""
+    notes = [start.note] if start.note else []
+    if start.dropped_messages:
+        turns = "message was" if start.dropped_messages == 1 else "messages were"
+        notes.insert(0, f"{start.dropped_messages} earlier {turns} left out to fit the model's context of "
+                        f"{start.context_length} tokens (the system prompt is kept).")
+    return " ".join(notes)
 
 
 class ChatController(QObject):
@@ -168,9 +168,14 @@ class ChatController(QObject):
         self.conversations_changed.emit()
 
     def stop(self) -> None:
-        """Stop the answer; the worker ends it within one decoding step."""
-        if self.live is not None:
-            self.live.cancel.cancel()
+        """Stop the answer: the worker ends it within one decoding step; one still queued behind
+        other model work (a load, a comparison) ends here and now."""
+        live = self.live
+        if live is None:
+            return
+        live.cancel.cancel()
+        if live.start is None:  # not started: nothing was generated; the worker will skip it
+            self._finished(live.job_id, AnswerOutcome("", "cancelled", None))
 
     def regenerate(self) -> None:
         """Replace the last answer with a new one."""
@@ -225,7 +230,7 @@ class ChatController(QObject):
         """Generate into stored message ``message_id``, which holds ``prefix`` (the model continues it)."""
         assert self.current_id is not None
         settings = self.settings()
-        history = [Message(m.role, m.content) for m in self.store.messages(self.current_id) if m.content or m.role == "user"]
+        history = [Message(m.role, m.text) for m in self.view.messages if m.text or m.role == "user"]  # no re-read of the history
         messages = ([Message("system", settings.system_prompt)] if settings.system_prompt else []) + history
         token = CancelToken()
         self.live = LiveAnswer(self.current_id, message_id, token, prefix=prefix, text=prefix, saved_text=prefix)
@@ -249,7 +254,6 @@ class ChatController(QObject):
         widget = self._live_widget()
         if widget is not None:
             widget.set_note(context_note(start))
-        self._save(self.live.message_id, self.live.text, mode=start.mode)
 
     def _delta(self, job_id: int, text: str, figures: AnswerFigures) -> None:
         if self.live is None or job_id != self.live.job_id:
@@ -303,7 +307,7 @@ class ChatController(QObject):
         self._flush_unsaved()
         live = self.live
         if live is not None and live.text != live.saved_text:
-            if self._save(live.message_id, live.text):
+            if self._save(live.message_id, live.text, mode=live.start.mode if live.start else None):
                 live.saved_text = live.text
         if live is None and self._unsaved is None:
             self._autosave.stop()
@@ -314,7 +318,7 @@ class ChatController(QObject):
         if live is not None:
             live.cancel.cancel()
             self.live = None
-            self._save(live.message_id, live.text, status="interrupted",
+            self._save(live.message_id, live.text, status="interrupted", mode=live.start.mode if live.start else None,
                        stats=live.figures.as_dict() if live.figures else None)
         self._flush_unsaved()
         self._autosave.stop()

@@ -3,10 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 from core.paths import AppPaths
+
+Command = Callable[[argparse.Namespace, AppPaths], int]
+
+
+class _StderrLine:
+    """Whether a progress line on stderr is still open (an error must start on a line of its own)."""
+
+    open = False
+
+
+def one_line_errors(command: Command) -> Command:
+    """Any failure of ``command`` becomes one ``error: ...`` line on stderr and exit code 1, never a traceback."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace, paths: AppPaths) -> int:
+        from core.jobs import describe_failure
+
+        try:
+            return command(args, paths)
+        except Exception as err:
+            if _StderrLine.open:
+                sys.stderr.write("\n")
+                _StderrLine.open = False
+            print(f"error: {describe_failure(err, 'The command').message}", file=sys.stderr)
+            return 1
+
+    return run
 
 
 def _progress_printer(label: str = ""):
@@ -19,12 +48,14 @@ def _progress_printer(label: str = ""):
             sys.stderr.write(line.ljust(len(last[0])))
             sys.stderr.flush()
             last[0] = line
+        _StderrLine.open = fraction < 1.0
         if fraction >= 1.0:
             sys.stderr.write("\n")
 
     return show
 
 
+@one_line_errors
 def fetch_default(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.models.default_model import fetch_default_model, is_default_model_ready
 
@@ -36,6 +67,7 @@ def fetch_default(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0
 
 
+@one_line_errors
 def models(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.models.registry import ModelRegistry
 
@@ -71,10 +103,33 @@ def calibrate_loaded(loaded, paths: AppPaths):
     return ensure_calibrated(loaded, paths.ensure(), _progress_printer())
 
 
+class _Printer:
+    """Streams an answer's steps to stdout; remembers a failure (a :class:`core.jobs.JobListener`)."""
+
+    def __init__(self) -> None:
+        self.failure = None
+
+    def yielded(self, deltas: list) -> None:
+        sys.stdout.write("".join(d.text for d in deltas))
+        sys.stdout.flush()
+
+    def errored(self, failure) -> None:
+        self.failure = failure
+
+    def aborted(self) -> None:
+        """Not reached: the command line has no Stop (Ctrl+C interrupts it)."""
+
+    def finished(self) -> None:
+        """Nothing to add: the text is out."""
+
+
+@one_line_errors
 def ask(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.calibration import save_learned
     from core.chat.answer import Answer
     from core.chat.prompt import Message
+    from core.jobs import Throttle, run_steps
+    from core.progress import CancelToken
     from core.tuning import decoding_plan
 
     settings, loaded = load_from_args(args, paths)
@@ -82,20 +137,31 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
     mode = args.mode or settings.mode
     messages = [Message("system", settings.system_prompt), Message("user", args.prompt)] if settings.system_prompt else [Message("user", args.prompt)]
     plan = decoding_plan(mode, settings.lookahead, loaded)
-    try:
+    holder: list[Answer] = []
+
+    def build() -> Answer:
         answer = Answer(loaded, messages, lookahead=plan.lookahead, chooser=plan.chooser,
                         max_new_tokens=args.max_new_tokens if args.max_new_tokens is not None else settings.sampling.max_new_tokens,
                         stop_strings=settings.sampling.stop_strings, sampling=settings.sampling)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+        if answer.note:
+            print(f"note: {answer.note}", file=sys.stderr)
+        holder.append(answer)
+        return answer
+
+    printer = _Printer()
+    try:
+        run_steps(build, printer, CancelToken(), throttle=Throttle(interval=0.0), what="The answer")
+    except KeyboardInterrupt:
+        print("\nstopped.", file=sys.stderr)
+        return 130
+    if holder:
+        sys.stdout.write("\n")
+    if printer.failure is not None:
+        print(f"error: {printer.failure.message}", file=sys.stderr)
         return 1
-    for delta in answer:
-        sys.stdout.write(delta.text)
-        sys.stdout.flush()
-    sys.stdout.write("\n")
     save_learned(loaded, paths)
     if args.stats:
-        s = answer.stats
+        s = holder[0].stats
         ran = f"auto: {s.settings_summary}" if plan.chooser is not None else plan.label
         dtype = str(loaded.dtype).removeprefix("torch.")
         print(f"{s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, {s.tokens_per_step:.2f} tokens/step ({ran}; {dtype})", file=sys.stderr)
@@ -104,6 +170,7 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0
 
 
+@one_line_errors
 def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     """Benchmark the methods side by side; print a Markdown table, write JSON and a PNG chart."""
     import json
@@ -223,6 +290,7 @@ def _save_chart(rows, path) -> None:
     save_bench_chart(rows, path)
 
 
+@one_line_errors
 def tune(args: argparse.Namespace, paths: AppPaths) -> int:
     """Measure every setting's tokens per step on the suites for this model; Auto predicts from them."""
     from core.tuning import estimate_table, tune as run_tune
@@ -244,6 +312,7 @@ def tune(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0
 
 
+@one_line_errors
 def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
     """Write a model (the default one unless --model) as a safetensors folder, optionally in parts."""
     from pathlib import Path
@@ -270,18 +339,24 @@ def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def self_test(paths: AppPaths) -> int:
-    """Load the default model, generate 16 tokens plain and lookahead, check they agree."""
+    """Load the default model, generate 16 tokens plain and lookahead, check they agree (one line on failure)."""
+    from core.jobs import describe_failure
+
+    try:
+        return _self_test(paths)
+    except Exception as err:
+        print(f"self-test FAILED: {describe_failure(err, 'The self-test').message}")
+        return 1
+
+
+def _self_test(paths: AppPaths) -> int:
     import time
 
     from core.lookahead import Decoding, LookaheadConfig
-    from core.models import LoadOptions, ModelError, ModelSource, load_model
+    from core.models import LoadOptions, ModelSource, load_model
 
     start = time.perf_counter()
-    try:
-        loaded = load_model(ModelSource(), LoadOptions(dtype="fp32"), paths.ensure(), _progress_printer("self-test: "))
-    except ModelError as err:
-        print(f"self-test FAILED: {err}")
-        return 1
+    loaded = load_model(ModelSource(), LoadOptions(dtype="fp32"), paths.ensure(), _progress_printer("self-test: "))
     ids = loaded.tokenizer("def fibonacci(n):\n    ")["input_ids"]
     plain = Decoding(loaded.model, ids, max_new_tokens=16)
     lookahead = Decoding(loaded.model, ids, lookahead=LookaheadConfig(4, 4, 4), max_new_tokens=16)

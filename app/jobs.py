@@ -45,12 +45,14 @@ class AnswerRequest:
 
 @dataclass(frozen=True)
 class AnswerStart:
-    """Sent once the prompt is built: the mode used and how much of the context it takes."""
+    """Sent once the prompt is built: the mode used, how much of the context it takes, and a note
+    when the prompt needed a fallback (e.g. a template without a system role)."""
 
     mode: str  # "plain" or "lookahead W4 N4 G4"
     prompt_tokens: int
     dropped_messages: int
     context_length: int
+    note: str = ""
 
 
 @dataclass(frozen=True)

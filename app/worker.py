@@ -1,6 +1,9 @@
-"""The model worker: one background thread that owns the model and runs loads and answers.
+"""The model worker: one background thread that owns the model and runs loads and step jobs.
 
-The GUI thread only queues jobs and cancels tokens; results come back as queued Qt signals.
+The GUI thread only queues jobs and cancels tokens; results come back as queued Qt signals. Every
+job that produces steps (a chat answer, a comparison, a suite run) goes through
+:func:`core.jobs.run_steps`: one throttle, one error path, one cancel rule. No job's failure, of
+any kind, stops the thread.
 """
 
 from __future__ import annotations
@@ -11,25 +14,18 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from app.jobs import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart, ModelInfo
+from core.jobs import EMIT_INTERVAL_S, JobFailure, StepsJob
 from core.models.options import LoadOptions, ModelSource
 from core.paths import AppPaths
 from core.progress import CancelToken
 
 log = logging.getLogger(__name__)
-
-EMIT_INTERVAL_S = 0.05  # streamed text reaches the GUI at most 20 times a second
-OOM_ADVICE = (
-    "The device ran out of memory while generating; the text so far is kept. "
-    "Use a smaller lookahead window (lower W and G, or plain mode), or load the model in 4-bit "
-    "(Settings, Model, Quantization)."
-)
 
 
 @dataclass(frozen=True)
@@ -40,19 +36,8 @@ class _Load:
 
 
 @dataclass(frozen=True)
-class _Answer:
-    job_id: int
-    request: AnswerRequest
-
-
-@dataclass(frozen=True)
 class _Forget:
     conversation_id: int
-
-
-@dataclass(frozen=True)
-class _Call:
-    job: Callable[[Any], None]  # called with the LoadedModel, or None when none is loaded
 
 
 class ModelWorker(QObject):
@@ -68,12 +53,12 @@ class ModelWorker(QObject):
     def __init__(self, paths: AppPaths) -> None:
         super().__init__()
         self.paths = paths
-        self._jobs: queue.SimpleQueue[_Load | _Answer | _Forget | _Call | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Load | StepsJob | _Forget | None] = queue.SimpleQueue()
         self._ids = itertools.count(1)
         self._tokens: set[CancelToken] = set()
         self._lock = threading.Lock()
         self._loaded = None  # LoadedModel; touched only on the worker thread
-        self._pools = None  # ConversationPools; worker thread only
+        self.pools = None  # ConversationPools; worker thread only
         self._thread = threading.Thread(target=self._run, name="model-worker", daemon=True)
         self._thread.start()
 
@@ -91,18 +76,19 @@ class ModelWorker(QObject):
     def generate(self, request: AnswerRequest) -> int:
         """Queue an answer; returns its job id. Cancel ``request.cancel`` to stop it."""
         job_id = next(self._ids)
-        with self._lock:
-            self._tokens.add(request.cancel)
-        self._jobs.put(_Answer(job_id, request))
+        report = _AnswerReport(self, job_id, request)
+        self.run_job(StepsJob(report.start, report, request.cancel, "The answer"))
         return job_id
+
+    def run_job(self, job: StepsJob) -> None:
+        """Queue a step job; it runs with the loaded model after the jobs queued before it (Compare mode too)."""
+        with self._lock:
+            self._tokens.add(job.cancel)
+        self._jobs.put(job)
 
     def forget(self, conversation_id: int) -> None:
         """Drop a conversation's n-gram pool (deleted, or its history was edited)."""
         self._jobs.put(_Forget(conversation_id))
-
-    def call_with_model(self, job: Callable[[Any], None]) -> None:
-        """Queue ``job(loaded model or None)`` on the model thread, after the jobs queued before (Compare mode)."""
-        self._jobs.put(_Call(job))
 
     def shutdown(self, timeout: float = 1.5) -> bool:
         """Cancel everything, stop the thread; True if it ended within ``timeout`` seconds."""
@@ -120,20 +106,25 @@ class ModelWorker(QObject):
     def _run(self) -> None:
         from core.chat.pools import ConversationPools
 
-        self._pools = ConversationPools()
+        self.pools = ConversationPools()
         while (job := self._jobs.get()) is not None:
-            if isinstance(job, _Load):
-                self._load(job)
-            elif isinstance(job, _Answer):
-                self._answer(job)
-            elif isinstance(job, _Call):
-                self._call(job)
-            else:
-                self._pools.forget(job.conversation_id)
-            with self._lock:
-                if isinstance(job, (_Load, _Answer)):
-                    self._tokens.discard(job.cancel if isinstance(job, _Load) else job.request.cancel)
+            try:
+                self._serve(job)
+            except Exception:  # a bug in a job must never stop the thread that serves the window
+                log.exception("a model job failed")
+            finally:
+                if isinstance(job, (_Load, StepsJob)):
+                    with self._lock:
+                        self._tokens.discard(job.cancel)
         log.info("model worker stopped")
+
+    def _serve(self, job: _Load | StepsJob | _Forget) -> None:
+        if isinstance(job, _Load):
+            self._load(job)
+        elif isinstance(job, StepsJob):
+            job.run(self._loaded)
+        else:
+            self.pools.forget(job.conversation_id)
 
     def _load(self, job: _Load) -> None:
         from core.calibration import ensure_calibrated
@@ -191,72 +182,76 @@ class ModelWorker(QObject):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def _answer(self, job: _Answer) -> None:
-        import torch
 
+class _AnswerReport:
+    """One chat answer as a step job: builds the :class:`~core.chat.answer.Answer` and reports it as
+    the worker's ``answer_*`` signals (model thread)."""
+
+    def __init__(self, worker: ModelWorker, job_id: int, request: AnswerRequest) -> None:
+        self.worker, self.job_id, self.request = worker, job_id, request
+        self.answer: Any = None  # core.chat.answer.Answer once built
+        self.loaded: Any = None  # the LoadedModel it runs on
+        self.plan: Any = None  # core.tuning.DecodingPlan
+        self.mode = request.mode
+        self.device = None  # torch.device of the model
+
+    def start(self, loaded: Any) -> Any:
+        """Build the answer (its prompt, sampling, pool); announce it."""
         from core.chat.answer import Answer
-        from core.calibration import save_learned
-        from core.models.device import describe_device
         from core.tuning import decoding_plan
 
-        request, loaded = job.request, self._loaded
-        if loaded is None:
-            self._fail(job.job_id, "No model is loaded. Wait for the model to load, or choose one in Settings.")
-            return
-        plan = decoding_plan(request.mode, request.lookahead, loaded)
-        mode = plan.label
-        shape = plan.pool_shape
-        pool = self._pools.pool_for(request.conversation_id, *shape) if shape else None
-        try:
-            answer = Answer(
-                loaded,
-                list(request.messages),
-                lookahead=plan.lookahead,
-                chooser=plan.chooser,
-                max_new_tokens=request.sampling.max_new_tokens,
-                stop_strings=request.sampling.stop_strings,
-                pool=pool,
-                cancel=request.cancel,
-                sampling=request.sampling,
-            )
-        except ValueError as err:
-            self._fail(job.job_id, str(err))
-            return
-        self.answer_started.emit(job.job_id, AnswerStart(mode, len(answer.prompt_ids), answer.dropped_messages, loaded.context_length))
-        pending: list[str] = []
-        last = time.monotonic()
-        reason, error = "error", None
-        try:
-            for delta in answer:
-                pending.append(delta.text)
-                now = time.monotonic()
-                if now - last >= EMIT_INTERVAL_S:
-                    self.answer_delta.emit(job.job_id, "".join(pending), AnswerFigures.from_stats(mode, delta.stats))
-                    pending.clear()
-                    last = now
-            reason = answer.finish_reason or "eos"
-        except torch.OutOfMemoryError:
-            log.warning("out of memory during generation")
-            error = OOM_ADVICE
-            if loaded.device.type == "cuda":
-                torch.cuda.empty_cache()
-        except Exception as err:
-            log.exception("generation failed")
-            error = f"The answer stopped because of an error ({type(err).__name__}: {err}); the text so far is kept."
-        if plan.chooser is not None:
-            mode = f"auto: {answer.stats.settings_summary}" if answer.stats.setting_tokens else mode
-            save_learned(loaded, self.paths)
-        figures = AnswerFigures.from_stats(mode, answer.stats)
-        if pending:
-            self.answer_delta.emit(job.job_id, "".join(pending), figures)
-        outcome = AnswerOutcome(answer.text, reason, figures, error, describe_device(loaded.device).label)
-        self.answer_finished.emit(job.job_id, outcome)
+        request = self.request
+        self.device = loaded.device
+        self.loaded = loaded
+        self.plan = decoding_plan(request.mode, request.lookahead, loaded)
+        self.mode = self.plan.label
+        shape = self.plan.pool_shape
+        pool = self.worker.pools.pool_for(request.conversation_id, *shape) if shape else None
+        self.answer = Answer(
+            loaded,
+            list(request.messages),
+            lookahead=self.plan.lookahead,
+            chooser=self.plan.chooser,
+            max_new_tokens=request.sampling.max_new_tokens,
+            stop_strings=request.sampling.stop_strings,
+            pool=pool,
+            cancel=request.cancel,
+            sampling=request.sampling,
+        )
+        start = AnswerStart(self.mode, len(self.answer.prompt_ids), self.answer.dropped_messages,
+                            loaded.context_length, self.answer.note)
+        self.worker.answer_started.emit(self.job_id, start)
+        return self.answer
 
-    def _call(self, job: _Call) -> None:
-        try:
-            job.job(self._loaded)
-        except Exception:  # the job reports its own errors; a bug in it must not stop the worker
-            log.exception("a model job failed")
+    def yielded(self, deltas: list[Any]) -> None:
+        figures = AnswerFigures.from_stats(self.mode, deltas[-1].stats)
+        self.worker.answer_delta.emit(self.job_id, "".join(d.text for d in deltas), figures)
 
-    def _fail(self, job_id: int, message: str) -> None:
-        self.answer_finished.emit(job_id, AnswerOutcome("", "error", None, message))
+    def errored(self, failure: JobFailure) -> None:
+        if failure.kind == "out-of-memory" and self.device is not None and self.device.type == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+        kept = " The text so far is kept." if self.answer is not None and self.answer.text else ""
+        self._end("error", failure.message + kept)
+
+    def aborted(self) -> None:
+        self._end("cancelled")
+
+    def finished(self) -> None:
+        self._end(self.answer.finish_reason or "eos")
+
+    def _end(self, reason: str, error: str | None = None) -> None:
+        from core.models.device import describe_device
+
+        answer = self.answer
+        if answer is not None and self.plan is not None and self.plan.chooser is not None:
+            from core.calibration import save_learned
+
+            if answer.stats.setting_tokens:  # the record says which settings ran, for how many tokens
+                self.mode = f"auto: {answer.stats.settings_summary}"
+            save_learned(self.loaded, self.worker.paths)
+        figures = AnswerFigures.from_stats(self.mode, answer.stats) if answer is not None else None
+        device = describe_device(self.device).label if self.device is not None else None
+        text = answer.text if answer is not None else ""
+        self.worker.answer_finished.emit(self.job_id, AnswerOutcome(text, reason, figures, error, device))

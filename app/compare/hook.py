@@ -31,7 +31,7 @@ def install_compare(window: "MainWindow") -> ComparePage:
 
     Comparisons run as jobs on the model worker's thread, so they never overlap a chat answer.
     """
-    page = ComparePage(window.worker.call_with_model, window.paths, lambda: window.settings, lambda: window.chat.current_id)
+    page = ComparePage(window.worker.run_job, window.paths, lambda: window.settings, lambda: window.chat.current_id)
     window.add_page(page)
     action = QAction("Compare", window, checkable=True, objectName="compareAction",
                      toolTip="Answer one prompt plain and with lookahead, side by side, and compare the speed")

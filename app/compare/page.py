@@ -32,6 +32,7 @@ from app.compare.summary_strip import ERROR_COLOR, SummaryStrip
 from core.compare import LOOKAHEAD, PLAIN, Comparison, RunDone, RunStarted, RunStep, summarize
 from core.compare.export import export_csv, export_json
 from core.compare.store import ComparisonStore
+from core.jobs import JobFailure
 from core.paths import AppPaths
 from core.settings import Settings
 
@@ -84,7 +85,7 @@ class ComparePage(QWidget):
         self.compare_button.setDefault(True)
         self.compare_button.clicked.connect(self.start)
         self.stop_button = QPushButton("Stop")
-        self.stop_button.clicked.connect(self.runner.stop)
+        self.stop_button.clicked.connect(self.stop)
         self.history = QComboBox()
         self.history.setMinimumWidth(260)
         self.history.setToolTip("Comparisons kept with this conversation")
@@ -169,6 +170,12 @@ class ComparePage(QWidget):
         self._show_status("Warming up\u2026")
         self.runner.compare(prompt, self.settings(), self.max_tokens.value(), self.repeats.value(), self.conversation_id)
 
+    def stop(self) -> None:
+        """Stop the comparison or suite run (within one decoding step; at once if it has not begun)."""
+        self.runner.stop()
+        if not self.runner.busy:
+            self._show_status("Stopped.")
+
     def run_suites(self, prompts_per_suite: int) -> None:
         self.suites.begin()
         self._show_status("Running the built-in suites\u2026")
@@ -238,8 +245,8 @@ class ComparePage(QWidget):
             self.histogram.set_counts(comparison_histogram(comparison))
         self.export_button.setEnabled(not self.runner.busy)
 
-    def _on_failed(self, message: str) -> None:
-        self._show_status(message, error=True)
+    def _on_failed(self, failure: JobFailure) -> None:
+        self._show_status(failure.message, error=True)
 
     def _on_busy(self, busy: bool) -> None:
         ready = self.runner.call is not None and not busy

@@ -1,128 +1,162 @@
 """Runs comparisons and suite benchmarks off the GUI thread; reports them as queued Qt signals.
 
-The model is reached through a :data:`ModelCall`: a function that runs a job with the loaded
-model on a background thread. The main window passes its model worker's, so a comparison queues
-behind (never beside) a chat answer; :func:`thread_call` serves a model held directly (tests).
+Both are step jobs (:class:`core.jobs.StepsJob`) reached through a :data:`ModelCall`: a function
+that runs one with the loaded model on a background thread. The main window passes its model
+worker's ``run_job``, so a comparison queues behind (never beside) a chat answer and shares its
+throttle, error path and cancel rule; :func:`thread_call` serves a model held directly (tests).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Signal, Slot
 
+from app.job_signals import JobSignals
 from core.compare import CompareRequest, ComparisonRun, RunStep
 from core.compare.suites import run_suites
+from core.jobs import JobFailure, StepsJob
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import CancelToken
 from core.settings import Settings
 from core.tuning import decoding_plan
 
-log = logging.getLogger(__name__)
-
-ModelCall = Callable[[Callable[[LoadedModel | None], None]], None]
-EMIT_INTERVAL_S = 0.25  # streamed steps reach the GUI 4 times a second: GUI work competes with decoding for the CPU and the GIL
+ModelCall = Callable[[StepsJob], None]
 
 
 def thread_call(loaded: LoadedModel) -> ModelCall:
     """A :data:`ModelCall` for a model held by the caller: each job gets its own thread."""
 
-    def call(job: Callable[[LoadedModel | None], None]) -> None:
-        threading.Thread(target=job, args=(loaded,), name="compare", daemon=True).start()
+    def call(job: StepsJob) -> None:
+        threading.Thread(target=job.run, args=(loaded,), name="compare", daemon=True).start()
 
     return call
 
 
+def _not_a_step(event: object) -> bool:
+    """Run started or finished: shown at once, not held for the throttle."""
+    return not isinstance(event, RunStep)
+
+
+class _Job(QObject):
+    """One comparison or suite run: its signals, whether the model thread has begun it, its run.
+
+    Lives on the GUI thread, so the signals its model-thread listener emits arrive here queued.
+    """
+
+    def __init__(self, runner: "CompareRunner") -> None:
+        super().__init__(runner)
+        self.runner = runner
+        self.signals = JobSignals(self)
+        self.cancel = CancelToken()
+        self.started = threading.Event()  # set on the model thread when it builds the job
+        self.run: ComparisonRun | None = None  # set on the model thread, read after its signals
+        self.signals.yielded.connect(self._yielded)
+        self.signals.errored.connect(runner.failed)
+        self.signals.finished.connect(self._finished)
+        self.signals.aborted.connect(self._aborted)
+        self.signals.ended.connect(self._ended)
+
+    @Slot(object)
+    def _yielded(self, batch: list[object]) -> None:
+        if self.run is None:  # a suite run yields its table once
+            self.runner.suites_done.emit(batch[-1])
+        else:
+            self.runner.events.emit(batch)
+
+    @Slot()
+    def _finished(self) -> None:
+        if self.run is not None:
+            self.runner.compared.emit(self.run.result())
+
+    @Slot()
+    def _aborted(self) -> None:
+        if self.run is not None:
+            comparison = self.run.result()
+            comparison.cancelled = True  # stopped between steps: the run may not have seen the token itself
+            self.runner.compared.emit(comparison)
+
+    @Slot()
+    def _ended(self) -> None:
+        self.runner._job_ended(self)
+
+
 class CompareRunner(QObject):
-    """One job at a time: a comparison or a suite run. Stop cancels it within one decoding step."""
+    """One job at a time: a comparison or a suite run. Stop cancels it within one decoding step;
+    a job still queued behind other model work (a chat answer) ends at once."""
 
     events = Signal(object)  # list of core.compare events, in order
     compared = Signal(object)  # Comparison, finished or stopped
     suite_progress = Signal(str, float)
     suites_done = Signal(object)  # list[core.bench.report.Row]
-    failed = Signal(str)
+    failed = Signal(object)  # core.jobs.JobFailure
     busy_changed = Signal(bool)
-    _ended = Signal()
 
     def __init__(self, call: ModelCall | None, paths: AppPaths, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.call = call
         self.paths = paths
-        self.busy = False
-        self._cancel = CancelToken()
+        self._job: _Job | None = None
         self._warmed: set[int] = set()  # id() of models already warmed up; job threads only
-        self._ended.connect(self._on_ended)
+
+    @property
+    def busy(self) -> bool:
+        return self._job is not None
 
     def compare(self, prompt: str, settings: Settings, max_new_tokens: int, repeats: int,
                 conversation_id: str | None) -> None:
         """Start a comparison of ``prompt`` with the settings' lookahead parameters."""
+        job = self._start()
 
-        def job(loaded: LoadedModel) -> None:
+        def build(loaded: LoadedModel) -> ComparisonRun:
+            job.started.set()
             request = CompareRequest(prompt, settings.system_prompt, decoding_plan("lookahead", settings.lookahead, loaded).lookahead,
                                      max_new_tokens, repeats, conversation_id)
-            run = ComparisonRun(loaded, request, cancel, warm_up=id(loaded.model) not in self._warmed)
+            job.run = ComparisonRun(loaded, request, job.cancel, warm_up=id(loaded.model) not in self._warmed)
             self._warmed.add(id(loaded.model))
-            pending: list[object] = []
-            last = time.monotonic()
-            for event in run:
-                pending.append(event)
-                now = time.monotonic()
-                if not isinstance(event, RunStep) or now - last >= EMIT_INTERVAL_S:
-                    self.events.emit(pending)
-                    pending, last = [], now
-            if pending:
-                self.events.emit(pending)
-            self.compared.emit(run.result())
+            return job.run
 
-        cancel = self._start()
-        self._submit(job)
+        self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The comparison", urgent=_not_a_step))
 
     def run_suites(self, settings: Settings, max_new_tokens: int, limit: int) -> None:
         """Run the built-in suites (the first ``limit`` prompts of each), plain loop vs lookahead."""
+        job = self._start()
 
-        def job(loaded: LoadedModel) -> None:
+        def build(loaded: LoadedModel) -> Iterator[list]:
+            job.started.set()
             config = decoding_plan("lookahead", settings.lookahead, loaded).lookahead
-            rows = run_suites(loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=cancel)
-            self.suites_done.emit(rows)
+            yield run_suites(loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=job.cancel)
 
-        cancel = self._start()
-        self._submit(job)
+        self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The suite run", urgent=lambda _rows: True))
 
     def stop(self) -> None:
-        self._cancel.cancel()
+        job = self._job
+        if job is None:
+            return
+        job.cancel.cancel()
+        if not job.started.is_set():  # still queued: the model thread will skip it
+            job.signals.blockSignals(True)
+            self._job = None
+            self.busy_changed.emit(False)
 
-    def _start(self) -> CancelToken:
-        if self.busy:
+    def _start(self) -> _Job:
+        if self._job is not None:
             raise RuntimeError("A comparison is already running; stop it first.")
         if self.call is None:
             raise RuntimeError("No model is loaded yet.")
-        self._cancel = CancelToken()
-        self.busy = True
+        job = _Job(self)
+        self._job = job
         self.busy_changed.emit(True)
-        return self._cancel
+        return job
 
-    def _submit(self, job: Callable[[LoadedModel], None]) -> None:
-        def guarded(loaded: LoadedModel | None) -> None:
-            try:
-                if loaded is None:
-                    self.failed.emit("No model is loaded. Wait for the model to load, or choose one in Settings.")
-                else:
-                    job(loaded)
-            except ValueError as err:  # e.g. a prompt too long for the context
-                self.failed.emit(str(err))
-            except Exception as err:  # a library error must not leave the page busy
-                log.exception("comparison failed")
-                self.failed.emit(f"The comparison stopped because of an error ({type(err).__name__}: {err}).")
-            finally:
-                self._ended.emit()
-
+    def _submit(self, job: StepsJob) -> None:
         assert self.call is not None
-        self.call(guarded)
+        self.call(job)
 
-    def _on_ended(self) -> None:
-        self.busy = False
-        self.busy_changed.emit(False)
+    def _job_ended(self, job: _Job) -> None:
+        if self._job is job:
+            self._job = None
+            self.busy_changed.emit(False)
+        job.deleteLater()

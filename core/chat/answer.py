@@ -31,7 +31,7 @@ class Answer:
     ``lookahead`` is a fixed setting (``None``: plain) unless ``chooser`` (Auto) picks each step's.
     ``sampling`` (temperature, top-k/p, min-p, repetition penalty, seed) applies to every mode;
     ``None`` is plain greedy. After iteration, :attr:`text`, :attr:`finish_reason` and :attr:`dropped_messages` tell
-    what happened.
+    what happened; :attr:`note` says when the prompt needed a fallback (empty otherwise).
     """
 
     def __init__(
@@ -55,6 +55,7 @@ class Answer:
             )
         prompt = build_prompt(loaded.tokenizer, messages, budget)
         self.dropped_messages = prompt.dropped_messages
+        self.note = prompt.note
         self.prompt_ids = prompt.ids
         self._stream = TextStream(loaded.tokenizer, stop_strings)
         self._decoding = Decoding(

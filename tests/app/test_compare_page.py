@@ -81,6 +81,21 @@ def test_suites_run_from_the_page_fill_the_table(qtbot, page):
     assert page.suites.progress.value() == 1000
 
 
+def test_stop_of_a_comparison_queued_behind_other_work_returns_the_page_to_idle(qtbot, app_paths, tiny_loaded):
+    queued = []  # a model thread busy elsewhere: the job waits here
+    page = ComparePage(queued.append, app_paths, lambda: SETTINGS)
+    qtbot.addWidget(page)
+    page.start()
+    assert page.runner.busy and not page.compare_button.isEnabled()
+    page.stop_button.click()
+    assert not page.runner.busy and page.compare_button.isEnabled() and page.status.text() == "Stopped."
+    compared = []
+    page.runner.compared.connect(compared.append)
+    assert queued[0].run(tiny_loaded) == "aborted"  # reached later, the job is skipped without a step
+    qtbot.wait(50)
+    assert compared == [] and page.comparison is None and not page.runner.busy
+
+
 @pytest.mark.parametrize(("dtype", "cause"), [("float32", "a bug"), ("bfloat16", "bfloat16 rounding")])
 def test_a_difference_is_shown_as_an_error(qtbot, app_paths, dtype, cause):
     from core.compare import Comparison, RunRecord
@@ -95,12 +110,40 @@ def test_a_difference_is_shown_as_an_error(qtbot, app_paths, dtype, cause):
     assert page.compare_button.isEnabled() is False and page.status.text() == "Load a model to compare."
 
 
-def test_bench_chart_png(qtbot, tmp_path):
+def _tallest_run(image, color: str) -> int:
+    """The tallest vertical run of ``color`` pixels in any column (a bar's height; legend swatches are short)."""
+    import numpy as np
+    from PySide6.QtGui import QColor, QImage
+
+    image = image.convertToFormat(QImage.Format.Format_RGB32)
+    pixels = np.frombuffer(image.constBits(), dtype=np.uint32).reshape(image.height(), image.bytesPerLine() // 4)
+    match = (pixels[:, : image.width()] & 0xFFFFFF) == (QColor(color).rgb() & 0xFFFFFF)
+    best = 0
+    run = np.zeros(image.width(), dtype=np.int64)
+    for row in match:
+        run = np.where(row, run + 1, 0)
+        best = max(best, int(run.max()))
+    return best
+
+
+def test_bench_chart_png_draws_bars_in_proportion(qtbot, tmp_path):
+    from PySide6.QtGui import QImage
+
+    from app.charts import LOOKAHEAD_COLOR
     from core.bench.report import Row
 
+    generate_grey = "#b0b7bf"
     rows = [Row("code", "generate", 1, 10, 1.0, 10, 1, 1.0, 0.9), Row("code", "lookahead W3 N3 G3", 1, 10, 0.5, 5, 1, 2.0, 1.8)]
+    heights = {}
     for metric in ("speedup", "speedup_vs_loop", "tokens_per_second"):
         save_bench_chart(rows, tmp_path / f"{metric}.png", metric)
-        assert (tmp_path / f"{metric}.png").stat().st_size > 1000
+        image = QImage(str(tmp_path / f"{metric}.png"))
+        assert image.width() * 420 == image.height() * 640 and image.width() >= 640
+        heights[metric] = (_tallest_run(image, generate_grey), _tallest_run(image, LOOKAHEAD_COLOR))
+    # Against model.generate only the lookahead bar is drawn; elsewhere both, lookahead twice as tall (2x the rate).
+    assert heights["speedup"][0] < 20 < heights["speedup"][1]
+    for metric in ("speedup_vs_loop", "tokens_per_second"):
+        grey, orange = heights[metric]
+        assert 1.8 < orange / grey < 2.2, (metric, heights)
     with pytest.raises(ValueError):
         save_bench_chart(rows, tmp_path / "x.png", "steps")

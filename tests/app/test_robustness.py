@@ -105,17 +105,15 @@ def test_process_death_mid_answer_leaves_the_saved_part_marked_interrupted(tiny_
     ui.wait_idle(window)
 
 
-def test_closing_mid_answer_saves_and_exits_quickly(tiny_settings, open_window, ui, forward_hook, app_paths) -> None:
+def test_closing_mid_answer_saves_and_stops_the_worker(tiny_settings, open_window, ui, forward_hook, app_paths) -> None:
     tiny_settings(max_new_tokens=600, mode="plain")
     forward_hook(lambda call: time.sleep(0.01))
     window = open_window()
     ui.send(window, "Write a lot", wait=False)
     ui.wait_text(window)
     conversation = window.chat.current_id
-    started = time.monotonic()
-    window.close()
-    assert time.monotonic() - started < 2.0
-    assert not window.worker.running
+    window.close()  # how fast: tests/app/probe_responsiveness.py measures it on a real model
+    assert not window.worker.running  # the worker stopped within the close (it waits at most SHUTDOWN_S)
     store = HistoryStore.in_folder(app_paths.data_dir)
     answer = store.messages(conversation)[-1]
     store.close()

@@ -13,7 +13,9 @@ from app.chat_view import ChatView
 from app.composer import Composer
 from app.settings_dialog import SettingsDialog
 from core.compare.record import Comparison
+from core.jobs import JobFailure, StepsJob
 from core.models.options import ModelSource
+from core.progress import CancelToken
 from core.settings import Settings
 
 
@@ -215,11 +217,28 @@ def test_other_modes_run_jobs_on_the_model_worker(tiny_settings, open_window, qt
     tiny_settings()
     window = open_window()
     seen: list[tuple[str, str]] = []
-    window.worker.call_with_model(lambda loaded: seen.append((threading.current_thread().name, loaded.name)))
-    window.worker.call_with_model(lambda loaded: 1 / 0)  # a failing job is logged, the worker keeps going
-    window.worker.call_with_model(lambda loaded: seen.append(("after", "")))
+    failures: list[JobFailure] = []
+
+    class Listener:
+        def yielded(self, steps: list) -> None:
+            seen.extend(steps)
+
+        def errored(self, failure: JobFailure) -> None:
+            failures.append(failure)
+
+        def aborted(self) -> None: ...
+
+        def finished(self) -> None: ...
+
+    def failing(loaded):
+        yield 1 / 0
+
+    window.worker.run_job(StepsJob(lambda loaded: iter([(threading.current_thread().name, loaded.name)]), Listener(), CancelToken()))
+    window.worker.run_job(StepsJob(failing, Listener(), CancelToken(), "The test job"))  # reported; the worker keeps going
+    window.worker.run_job(StepsJob(lambda loaded: iter([("after", "")]), Listener(), CancelToken()))
     qtbot.waitUntil(lambda: len(seen) == 2, timeout=10_000)
     assert seen[0][0] == "model-worker" and seen[0][1] == window.model.name
+    assert [f.kind for f in failures] == ["unexpected"] and "ZeroDivisionError" in failures[0].message
     index = window.add_page(QLabel("compare"))
     assert window.pages.widget(index).text() == "compare" and window.pages.currentIndex() == 0
     action = QAction("Compare", window)
@@ -233,6 +252,7 @@ def test_run_gui_runs_on_qasync_offline_and_quits(tiny_settings, app_paths, tmp_
 
     tiny_settings(max_new_tokens=8)
     script = f"""
+import asyncio
 import sys
 from pathlib import Path
 from PySide6.QtCore import QTimer
@@ -242,12 +262,19 @@ from core.paths import AppPaths
 
 app = QApplication(sys.argv)
 
+async def report_and_close():
+    # Runs as an asyncio task: only possible when the Qt event loop is also an asyncio loop (qasync).
+    await asyncio.sleep(0)
+    print("asyncio loop", type(asyncio.get_running_loop()).__module__.split(".")[0], flush=True)
+    app.closeAllWindows()
+
 def close_when_ready():
     windows = [w for w in app.topLevelWidgets() if type(w).__name__ == "MainWindow"]
-    if windows and windows[0].model is not None:
+    if windows and windows[0].model is not None and timer.isActive():
+        timer.stop()
         import huggingface_hub.constants as constants
         print("offline", constants.HF_HUB_OFFLINE, flush=True)
-        app.closeAllWindows()
+        asyncio.ensure_future(report_and_close())
 
 timer = QTimer(interval=100)
 timer.timeout.connect(close_when_ready)
@@ -260,3 +287,4 @@ print("exit", code)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "offline True" in done.stdout and "exit 0" in done.stdout
+    assert "asyncio loop qasync" in done.stdout  # the window's event loop runs asyncio tasks

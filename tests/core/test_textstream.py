@@ -104,3 +104,45 @@ def test_random_chunking_never_shows_a_stop_in_part(tok, seed: int) -> None:
         assert "\ufffd" not in delta
     assert shown == final == stream.text
     assert stream.stopped == (final != text)
+
+
+class CountingTokenizer:
+    """The real tokenizer, counting the ids it is asked to decode per call."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.decoded: list[int] = []
+
+    def decode(self, ids, **kwargs) -> str:
+        self.decoded.append(len(ids))
+        return self.tokenizer.decode(ids, **kwargs)
+
+
+def test_decoding_work_per_step_does_not_grow_with_the_answer(tok) -> None:
+    text = "".join(f"Step {i}: rain 🌧️ falls, 雨が降る, and the llama 🦙 waits.\n" for i in range(150))
+    ids = ids_of(tok, text)
+    counting = CountingTokenizer(tok)
+    stream = TextStream(counting, stop_strings=["\nUser:"])
+    per_push = []
+    shown = ""
+    for i in ids:
+        before = sum(counting.decoded)
+        shown += stream.push([i])
+        per_push.append(sum(counting.decoded) - before)
+    shown += stream.flush()
+    assert shown == text == stream.text
+    assert len(ids) > 2000
+    assert max(per_push) <= 16  # a few ids of context, whatever the answer's length
+    assert max(per_push[-100:]) <= max(per_push[:100])
+
+
+def test_an_answer_cut_inside_a_character_never_ends_in_a_replacement_char(tok) -> None:
+    text = "Llamas 🦙"
+    ids = ids_of(tok, text)
+    whole = len(ids_of(tok, "Llamas "))
+    assert len(ids) - whole >= 2  # the emoji takes several byte tokens
+    for cut in range(whole + 1, len(ids)):  # the token limit falls inside the emoji
+        stream = TextStream(tok)
+        shown = "".join(stream.push([i]) for i in ids[:cut]) + stream.flush()
+        assert shown == stream.text == "Llamas "
+        assert "\ufffd" not in shown

@@ -1,4 +1,4 @@
-"""Prompt building: the chat template, the plain fallback, and context truncation."""
+"""Prompt building: the chat template, the plain fallback, the system-role fallback, and context truncation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from core.chat.prompt import FALLBACK_TEMPLATE_NOTE, Message, Prompt, build_prompt, encode_messages, render_plain
+from core.chat.prompt import (
+    SYSTEM_FOLDED_NOTE,
+    Message,
+    Prompt,
+    PromptError,
+    build_prompt,
+    encode,
+    encode_messages,
+    render_plain,
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +56,6 @@ def test_plain_fallback(plain_tokenizer) -> None:
     expected = "System: Be kind.\n\nUser: Hi\n\nAssistant: Hello!\n\nUser: Bye\n\nAssistant: "
     assert render_plain(messages) == expected
     assert plain_tokenizer.decode(encode_messages(plain_tokenizer, messages)) == expected
-    assert "System: ..." in FALLBACK_TEMPLATE_NOTE and "Assistant: " in FALLBACK_TEMPLATE_NOTE
 
 
 def test_render_plain_other_roles() -> None:
@@ -73,7 +81,7 @@ def test_oldest_turns_dropped_system_kept(tok_name: str, request: pytest.Fixture
     assert "pears" in text and "plums" in text
     # one token less than that: the next oldest turn goes too
     tighter = build_prompt(tok, CONVERSATION, budget=len(without_two) - 1)
-    assert tighter.dropped_messages >= 3 and len(tighter.ids) <= len(without_two) - 1
+    assert tighter.dropped_messages == 4  # whole exchanges go: the kept part starts with a user message and len(tighter.ids) <= len(without_two) - 1
     assert "You are terse." in tok.decode(tighter.ids)
 
 
@@ -95,3 +103,102 @@ def test_too_long_message(tokenizer) -> None:
     with pytest.raises(ValueError, match=r"too long for the model's context \(100 tokens are left") as err:
         build_prompt(tokenizer, messages, budget=100)
     assert "Shorten the message" in str(err.value)
+
+
+GEMMA_STYLE_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def gemma_tokenizer(tokenizer):
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = GEMMA_STYLE_TEMPLATE
+    return tok
+
+
+def test_a_template_without_system_role_gets_the_system_prompt_in_the_first_user_turn(gemma_tokenizer) -> None:
+    messages = [Message("system", "Be kind."), Message("user", "Hi"), Message("assistant", "Hello!"), Message("user", "Bye")]
+    encoded = encode(gemma_tokenizer, messages)
+    assert encoded.system_folded
+    assert gemma_tokenizer.decode(encoded.ids) == (
+        "<|im_start|>user\nBe kind.\n\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+        "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
+    )
+    prompt = build_prompt(gemma_tokenizer, messages, budget=10_000)
+    assert prompt.ids == encoded.ids and prompt.note == SYSTEM_FOLDED_NOTE
+    # Without a system prompt nothing is folded and there is no note.
+    assert build_prompt(gemma_tokenizer, messages[1:], budget=10_000).note == ""
+    assert build_prompt(gemma_tokenizer, [Message("system", "Only this.")], budget=10_000).note == SYSTEM_FOLDED_NOTE
+
+
+def test_the_fold_applies_to_the_first_kept_user_turn(gemma_tokenizer) -> None:
+    messages = [Message("system", "Be kind."), *CONVERSATION[1:]]
+    kept = [Message("user", "Be kind.\n\nThird question about plums?")]
+    budget = len(encode_messages(gemma_tokenizer, kept))
+    prompt = build_prompt(gemma_tokenizer, messages, budget)
+    assert prompt.dropped_messages == 4 and prompt.ids == encode_messages(gemma_tokenizer, kept)
+
+
+def test_a_template_that_refuses_the_conversation_anyway_is_a_clear_error(gemma_tokenizer) -> None:
+    messages = [Message("assistant", "I speak first."), Message("user", "Hi")]
+    with pytest.raises(PromptError, match=r"chat template refused this conversation \(Conversation roles must alternate"):
+        build_prompt(gemma_tokenizer, messages, budget=10_000)
+
+
+class CountingTokenizer:
+    """The real tokenizer, counting the characters it is asked to tokenize."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.characters = 0
+
+    def __call__(self, text: str, **kwargs):
+        self.characters += len(text)
+        return self.tokenizer(text, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.tokenizer, name)
+
+
+def long_conversation(turns: int) -> list[Message]:
+    messages = [Message("system", "You are terse.")]
+    for i in range(turns):
+        messages.append(Message("user", f"Question {i}: what is {i} times {i + 3}, and why does it matter?"))
+        messages.append(Message("assistant", f"It is {i * (i + 3)}; it matters for exercise number {i}."))
+    return messages + [Message("user", "And the last question?")]
+
+
+def _fewest_drops(tok, messages: list[Message], budget: int) -> int:
+    """The specification: the fewest oldest non-system turns to drop, keeping from a user message on."""
+    for dropped in range(len(messages) - 1):
+        if messages[1 + dropped].role == "user" and len(encode_messages(tok, [messages[0], *messages[1 + dropped:]])) <= budget:
+            return dropped
+    raise AssertionError("nothing fits")
+
+
+@pytest.mark.parametrize("budget", [60, 300, 900])
+def test_the_cut_is_the_fewest_drops(tokenizer, gemma_tokenizer, plain_tokenizer, budget: int) -> None:
+    messages = long_conversation(12)
+    for tok in (tokenizer, gemma_tokenizer, plain_tokenizer):
+        prompt = build_prompt(tok, messages, budget)
+        assert prompt.dropped_messages == _fewest_drops(tok, messages, budget)
+        assert prompt.ids == encode_messages(tok, [messages[0], *messages[1 + prompt.dropped_messages:]])
+
+
+def test_prompt_work_does_not_grow_with_the_conversation(tokenizer) -> None:
+    """Tokenized characters per prompt are bounded by what fits, not by the length of the chat."""
+    budget = 400
+    work = {}
+    for turns in (25, 400):
+        counting = CountingTokenizer(tokenizer)
+        prompt = build_prompt(counting, long_conversation(turns), budget)
+        assert prompt.dropped_messages > 0 and len(prompt.ids) <= budget
+        kept = len(tokenizer.decode(prompt.ids))
+        work[turns] = counting.characters
+        assert counting.characters <= 6 * kept, (turns, counting.characters, kept)
+    assert work[400] <= 1.5 * work[25], work
