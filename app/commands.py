@@ -96,11 +96,6 @@ def load_from_args(args: argparse.Namespace, paths: AppPaths):
     return settings, load_model(source, options, paths.ensure(), _progress_printer(f"{source.display_name}: "))
 
 
-def calibrate_loaded(loaded, paths: AppPaths):
-    """Auto's calibration for a loaded model (cached per machine set-up), with a progress line."""
-    from core.calibration import ensure_calibrated
-
-    return ensure_calibrated(loaded, paths.ensure(), _progress_printer())
 
 
 class _Printer:
@@ -125,7 +120,7 @@ class _Printer:
 
 @one_line_errors
 def ask(args: argparse.Namespace, paths: AppPaths) -> int:
-    from core.calibration import save_learned
+    from core.calibration import calibrate_or_plain, save_learned
     from core.chat.answer import Answer
     from core.chat.prompt import Message
     from core.jobs import Throttle, run_steps
@@ -133,7 +128,7 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.tuning import decoding_plan
 
     settings, loaded = load_from_args(args, paths)
-    calibrate_loaded(loaded, paths)
+    auto_reason = calibrate_or_plain(loaded, paths.ensure(), _progress_printer())
     mode = args.mode or settings.mode
     messages = [Message("system", settings.system_prompt), Message("user", args.prompt)] if settings.system_prompt else [Message("user", args.prompt)]
     plan = decoding_plan(mode, settings.lookahead, loaded)
@@ -165,8 +160,8 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
         ran = f"auto: {s.settings_summary}" if plan.chooser is not None else plan.label
         dtype = str(loaded.dtype).removeprefix("torch.")
         print(f"{s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, {s.tokens_per_step:.2f} tokens/step ({ran}; {dtype})", file=sys.stderr)
-        if mode == "auto" and loaded.calibration is not None:
-            print(loaded.calibration.reason, file=sys.stderr)
+        if mode == "auto":
+            print(auto_reason, file=sys.stderr)
     return 0
 
 
@@ -293,12 +288,11 @@ def _save_chart(rows, path) -> None:
 @one_line_errors
 def tune(args: argparse.Namespace, paths: AppPaths) -> int:
     """Measure every setting's tokens per step on the suites for this model; Auto predicts from them."""
+    from core.calibration import ensure_calibrated
     from core.tuning import estimate_table, tune as run_tune
 
     _, loaded = load_from_args(args, paths)
-    if calibrate_loaded(loaded, paths) is None:
-        print("error: the calibration was cancelled; run tune again.", file=sys.stderr)
-        return 1
+    ensure_calibrated(loaded, paths.ensure(), _progress_printer())
     calibration = run_tune(loaded, paths.ensure(), prompts_per_suite=args.prompts, progress=_progress_printer("tune: "))
     curve = calibration.curve
     base = curve.seconds[0]

@@ -127,7 +127,7 @@ class ModelWorker(QObject):
             self.pools.forget(job.conversation_id)
 
     def _load(self, job: _Load) -> None:
-        from core.calibration import ensure_calibrated
+        from core.calibration import calibrate_or_plain
         from core.models import ModelError, load_model
         from core.models.device import NAME_BY_DTYPE
 
@@ -144,8 +144,8 @@ class ModelWorker(QObject):
 
         try:
             loaded = load_model(job.source, job.options, self.paths.ensure(), progress, job.cancel)
-            # Cancel during the measurement keeps the model: Auto then decodes plain until the next load.
-            ensure_calibrated(loaded, self.paths, progress, job.cancel)
+            # Cancel (or a failure) during the measurement keeps the model: Auto then decodes plain.
+            auto_reason = calibrate_or_plain(loaded, self.paths, progress, job.cancel)
         except ModelError as err:
             self.load_failed.emit(str(err))
             return
@@ -168,7 +168,7 @@ class ModelWorker(QObject):
                 loaded.context_length,
                 loaded.parameters,
                 loaded.load_seconds,
-                loaded.calibration.reason if loaded.calibration else "Auto: plain (the measurement was cancelled; it runs at the next load)",
+                auto_reason,
             )
         )
 

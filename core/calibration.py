@@ -78,6 +78,26 @@ def ensure_calibrated(
     return calibration
 
 
+def calibrate_or_plain(
+    loaded: LoadedModel, paths: AppPaths, progress: ProgressCallback = no_progress, cancel: CancelToken | None = None
+) -> str:
+    """:func:`ensure_calibrated` for the window and ``ask``: a failure leaves Auto decoding plain.
+
+    A model that cannot run the measurement's wide steps (out of memory on a small GPU, say) may
+    still answer plainly. Returns the line that says what Auto runs.
+    """
+    try:
+        calibration = ensure_calibrated(loaded, paths, progress, cancel)
+    except Exception as err:  # noqa: BLE001 - any failure here must leave the model usable
+        log.warning("measuring this machine for Auto failed: %s", err, exc_info=True)
+        if loaded.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return f"Auto: plain (measuring this machine failed: {type(err).__name__}; it is tried again at the next load)"
+    if calibration is None:
+        return "Auto: plain (the measurement was cancelled; it runs again at the next load)"
+    return calibration.reason
+
+
 def save_learned(loaded: LoadedModel, paths: AppPaths) -> None:
     """Keep what the answers measured (tokens per step per setting) for the next start."""
     if loaded.calibration is None or loaded.chooser is None:

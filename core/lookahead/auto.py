@@ -26,21 +26,22 @@ CPU_CURVE_SIZES = (1, 2, 4, 8, 16, 32)
 CUDA_CURVE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 # Tokens per step and tokens fed per step of each setting, greedy on the default model
-# (SmolLM2-135M-Instruct, the tuning suites: 12 prompts, 80 new tokens). They are properties of the
-# model and the text, not of the machine: they are only the starting point, replaced by what each
-# answer measures (AutoChooser) and by `tune`.
+# (SmolLM2-135M-Instruct, bf16, the tuning suites: 12 prompts with the bench's system prompt, 80 new
+# tokens). They are properties of the model and the text, not of the machine: only the starting
+# point, replaced by what each answer measures (AutoChooser) and by `tune`.
 PRIORS: dict[tuple[int, int, int], tuple[float, float]] = {
-    (0, 3, 1): (1.21, 1.9),
-    (0, 4, 1): (1.27, 2.7),
-    (0, 4, 2): (1.29, 3.9),
-    (0, 5, 2): (1.31, 4.8),
-    (0, 5, 4): (1.33, 6.9),
-    (2, 3, 2): (1.33, 6.3),
-    (3, 4, 3): (1.42, 13.4),
-    (5, 4, 5): (1.50, 21.1),
-    (7, 5, 7): (1.58, 36.0),
-    (10, 5, 10): (1.63, 50.0),
-    (15, 5, 15): (1.70, 74.0),
+    (0, 3, 1): (1.18, 1.9),
+    (0, 4, 1): (1.21, 2.3),
+    (0, 4, 2): (1.25, 2.8),
+    (0, 5, 2): (1.25, 3.5),
+    (0, 5, 4): (1.28, 4.2),
+    (0, 6, 3): (1.28, 4.6),
+    (2, 3, 2): (1.31, 5.7),
+    (3, 4, 3): (1.36, 12.1),
+    (5, 4, 5): (1.50, 19.1),
+    (7, 5, 7): (1.59, 34.5),
+    (10, 5, 10): (1.63, 47.8),
+    (15, 5, 15): (1.70, 69.7),
 }
 START_MARGIN = 1.05  # a setting must be predicted this much faster than plain to be tried first
 KEEP_RATIO = 0.8  # settings predicted below this fraction of plain's speed are never run

@@ -21,7 +21,7 @@ def test_an_answer_neither_rereads_the_conversation_nor_writes_twice(tiny_settin
     assert len(updates) == 1  # the final save: text, status, mode and figures at once
     stored = ui.stored(window)
     assert [m.role for m in stored] == ["user", "assistant"] * 3
-    assert stored[-1].mode and stored[-1].status == "complete"
+    assert stored[-1].mode and stored[-1].status == "truncated"
     assert stored[-1].content == window.chat_view.messages[-1].text
 
 

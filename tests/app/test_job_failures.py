@@ -57,7 +57,7 @@ def test_a_template_without_system_role_answers_with_a_note(tiny_settings, gemma
     window = open_window()
     ui.send(window, "Hello")
     answer = ui.stored(window)[-1]
-    assert answer.status == "complete" and answer.stats["new_tokens"] > 0
+    assert answer.status == "truncated" and answer.stats["new_tokens"] > 0
     assert SYSTEM_FOLDED_NOTE in window.chat_view.messages[-1].note.text()
     assert window.worker.running and not window.chat.busy
 
@@ -77,7 +77,7 @@ def test_a_bad_seed_that_got_past_validation_ends_the_answer_not_the_worker(tiny
     assert window.composer.button.text() == "Send" and window.worker.running
     object.__setattr__(sampling, "seed", 7)
     ui.send(window, "Hello again")  # the same worker serves the next answer
-    assert ui.stored(window)[-1].status == "complete"
+    assert ui.stored(window)[-1].status == "truncated"
 
 
 def test_stop_returns_the_window_to_idle_while_the_worker_is_busy_elsewhere(tiny_settings, open_window, ui) -> None:
@@ -103,7 +103,7 @@ def test_stop_returns_the_window_to_idle_while_the_worker_is_busy_elsewhere(tiny
     assert window.composer.button.text() == "Send"
     release.set()
     ui.send(window, "Hello again")  # the skipped job left nothing behind
-    assert ui.stored(window)[-1].status == "complete"
+    assert ui.stored(window)[-1].status == "truncated"
 
 
 def test_out_of_memory_in_a_comparison_gets_the_same_advice(tiny_settings, open_window, forward_pre_hook, qtbot) -> None:

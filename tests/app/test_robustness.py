@@ -66,8 +66,8 @@ def test_generation_crash_keeps_the_partial_answer_marked_interrupted(tiny_setti
         if call == 12:
             raise RuntimeError("simulated crash in the decoding loop")
 
-    forward_hook(crash)
     window = open_window()
+    forward_hook(crash)  # counts the answer's forward passes, not the load's measurement
     ui.send(window, "Go")
     answer = ui.stored(window)[-1]
     assert answer.status == "interrupted"
@@ -80,8 +80,8 @@ def test_generation_crash_keeps_the_partial_answer_marked_interrupted(tiny_setti
 
 def test_out_of_memory_keeps_the_text_and_suggests_what_to_do(tiny_settings, open_window, ui, forward_hook) -> None:
     tiny_settings(max_new_tokens=30)
-    forward_hook(lambda call: (_ for _ in ()).throw(torch.OutOfMemoryError("CUDA out of memory")) if call == 6 else None)
     window = open_window()
+    forward_hook(lambda call: (_ for _ in ()).throw(torch.OutOfMemoryError("CUDA out of memory")) if call == 6 else None)
     ui.send(window, "Go")
     answer = ui.stored(window)[-1]
     assert answer.status == "interrupted" and answer.content

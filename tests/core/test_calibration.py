@@ -78,3 +78,19 @@ def test_answers_measurements_are_kept_for_the_next_start(tiny_loaded, app_paths
     restored = cal.ensure_calibrated(tiny_loaded, app_paths)
     estimate = next(e for e in restored.estimates if e.label == "W0 N3 G1")
     assert (estimate.tokens_per_step, estimate.fed_tokens) == (2.5, 1.8)
+
+
+def test_a_failing_measurement_leaves_the_model_answering_plainly(tiny_loaded, app_paths) -> None:
+    def refuse_wide_steps(module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[1] == 32:  # e.g. out of memory for a wide step on a small GPU
+            raise RuntimeError("simulated failure of a 32-token step")
+
+    handle = tiny_loaded.model.register_forward_pre_hook(refuse_wide_steps, with_kwargs=True)
+    try:
+        reason = cal.calibrate_or_plain(tiny_loaded, app_paths)
+    finally:
+        handle.remove()
+    assert reason.startswith("Auto: plain (measuring this machine failed: RuntimeError")
+    assert tiny_loaded.chooser is None and not cal.calibration_path(app_paths, tiny_loaded).exists()
+    assert cal.calibrate_or_plain(tiny_loaded, app_paths) == tiny_loaded.calibration.reason  # measured at the next load

@@ -66,11 +66,12 @@ def test_load_local_folder(tiny_model_folder: Path, app_paths: AppPaths) -> None
     assert all(s for s, _ in stages)  # every report names its stage
 
 
-def test_auto_dtype_on_cpu_is_bf16(tiny_model_folder: Path, app_paths: AppPaths) -> None:
+def test_auto_dtype_on_cpu_loads_fp32_for_auto_to_measure(tiny_model_folder: Path, app_paths: AppPaths) -> None:
     if torch.cuda.is_available():
         pytest.skip("'auto' picks the GPU here; this checks the CPU default")
     loaded = _load(tiny_model_folder, app_paths, LoadOptions())
-    assert loaded.dtype == torch.bfloat16 and next(loaded.model.parameters()).dtype == torch.bfloat16
+    assert loaded.dtype == torch.float32 and next(loaded.model.parameters()).dtype == torch.float32
+    assert loaded.requested_dtype == "auto"  # core.calibration then keeps fp32 or converts to bf16
 
 
 def test_cancel_before_load(tiny_model_folder: Path, app_paths: AppPaths) -> None:
