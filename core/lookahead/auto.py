@@ -35,8 +35,12 @@ PRIORS: dict[tuple[int, int, int], tuple[float, float]] = {
     (0, 4, 2): (1.25, 2.8),
     (0, 5, 2): (1.25, 3.5),
     (0, 5, 4): (1.28, 4.2),
+    (0, 6, 2): (1.27, 4.0),
     (0, 6, 3): (1.28, 4.6),
+    (0, 6, 4): (1.27, 4.9),
     (2, 3, 2): (1.31, 5.7),
+    (2, 4, 2): (1.30, 8.3),
+    (3, 3, 3): (1.37, 8.2),
     (3, 4, 3): (1.36, 12.1),
     (5, 4, 5): (1.50, 19.1),
     (7, 5, 7): (1.59, 34.5),
@@ -203,11 +207,15 @@ class Calibration:
         windowed = [e for e in self.estimates if e.setting is not None and e.setting.window > 0]
         return windowed[0].setting if windowed else LookaheadConfig(5, 4, 5)
 
-    def arms(self, runners_up: int = 2) -> list[LookaheadConfig | None]:
-        """What the chooser may run: plain, then the best predictions that might win once measured."""
-        keep = [e.setting for e in self.estimates if e.speedup >= KEEP_RATIO][:1 + runners_up]
+    def arms(self) -> list[LookaheadConfig | None]:
+        """What the chooser may run: its first choice, plain, and the best verification-only and the best
+        windowed setting where they might win once measured (settings of one kind differ little)."""
+        hopeful = [e.setting for e in self.estimates if e.speedup >= KEEP_RATIO]
+        best_of_kind = [next((s for s in hopeful if (s.window > 0) == windowed), None) for windowed in (False, True)]
         choice = self.choice
-        return [choice, *[s for s in [None, *keep] if s != choice]]
+        arms: list[LookaheadConfig | None] = [choice] if choice is None else [choice, None]
+        arms += [s for s in best_of_kind if s is not None and s != choice]
+        return arms
 
     @property
     def reason(self) -> str:
