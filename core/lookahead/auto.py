@@ -309,7 +309,9 @@ class AutoChooser:
     """Chooses each step's setting from measured rates; keeps learning across the answers it serves.
 
     Rates are tokens per second per setting: exponential moving averages of what the steps did,
-    started from the calibration's predictions. The chooser runs the best rate; every
+    started from the calibration's predictions. Verification-only settings are also scored on every
+    step from the answer itself (``observe_shadow``), so the verification arm runs the best of
+    them without probing each. The chooser runs the best rate; every
     ``probe_every`` steps it runs another setting whose rate might beat it for a few steps (a
     windowed setting needs N-1 steps to refill its window), and the best must lead by
     ``switch_margin`` before the running setting is changed.
@@ -331,18 +333,53 @@ class AutoChooser:
         self._probe: _Arm | None = None
         self._probe_left = 0
         self._steps = 0
+        # Verification-only settings are scored on every step, run or not (shadow_settings): which
+        # of them runs as the verification arm follows those scores.
+        self._verify = next((a for a in self._arms if a.setting is not None and a.setting.window == 0), None)
+        self._shadows: dict[LookaheadConfig, _Arm] = {}
+        if self._verify is not None:
+            for e in calibration.estimates:
+                if e.setting is not None and e.setting.window == 0 and e.speedup >= KEEP_RATIO:
+                    self._shadows[e.setting] = _Arm(e.setting, e.tokens_per_step, e.fed_tokens, calibration.curve.relative(e.fed_tokens))
 
     @property
     def settings(self) -> list[LookaheadConfig | None]:
-        return [arm.setting for arm in self._arms]
+        """Every setting it may run, and those it scores (the n-gram pool must serve them all)."""
+        return [*(arm.setting for arm in self._arms), *(s for s in self._shadows if s != (self._verify and self._verify.setting))]
+
+    @property
+    def shadow_settings(self) -> list[LookaheadConfig]:
+        """Verification-only settings to score after every step, from what the step's answer turned out to be."""
+        return list(self._shadows)
+
+    def observe_shadow(self, setting: LookaheadConfig, tokens: int, fed: int) -> None:
+        """What ``setting`` would have emitted (``tokens``) and fed at a step: greedy verification is
+        known exactly once the following tokens are. Picks the verification arm's setting."""
+        shadow = self._shadows[setting]
+        weight = max(self.smoothing / 2, 1.0 / (shadow.observed + PRIOR_STEPS))
+        shadow.tokens_per_step += weight * (tokens - shadow.tokens_per_step)
+        shadow.fed_tokens += weight * (fed - shadow.fed_tokens)
+        shadow.seconds = self.calibration.curve.relative(shadow.fed_tokens)  # relative cost of its step
+        shadow.observed += 1
+        arm = self._verify
+        assert arm is not None
+        best = max(self._shadows.values(), key=_rate)
+        running = self._shadows.get(arm.setting)
+        if best.setting != arm.setting and (running is None or _rate(best) > self.switch_margin * _rate(running)):
+            if running is not None:  # its measured step time, scaled to the new step size
+                arm.seconds *= best.seconds / running.seconds
+            arm.setting, arm.tokens_per_step, arm.fed_tokens = best.setting, best.tokens_per_step, best.fed_tokens
 
     def rates(self) -> dict[str, float]:
         """Estimated tokens per second of every setting, as now believed."""
         return {_label(a.setting): a.tokens_per_step / a.seconds for a in self._arms}
 
     def learned(self, min_steps: int = 24) -> dict[str, tuple[float, float]]:
-        """Tokens per step and tokens fed, measured over at least ``min_steps`` steps, per non-plain setting."""
-        return {a.setting.label: (a.tokens_per_step, a.fed_tokens) for a in self._arms if a.setting is not None and a.observed >= min_steps}
+        """Tokens per step and tokens fed, measured (or scored) over at least ``min_steps`` steps, per non-plain setting."""
+        found = {a.setting.label: (a.tokens_per_step, a.fed_tokens) for a in self._shadows.values() if a.observed >= min_steps}
+        found.update({a.setting.label: (a.tokens_per_step, a.fed_tokens) for a in self._arms
+                      if a.setting is not None and a.setting.window > 0 and a.observed >= min_steps})
+        return found
 
     def choose(self) -> LookaheadConfig | None:
         self._steps += 1
@@ -358,7 +395,10 @@ class AutoChooser:
         return self._current.setting
 
     def observe(self, setting: LookaheadConfig | None, tokens: int, seconds: float, fed: int) -> None:
-        arm = next(a for a in self._arms if a.setting == setting)
+        arm = next((a for a in self._arms if a.setting == setting), None)
+        if arm is None:  # a verification setting the verification arm has since left
+            arm = self._verify
+            assert arm is not None and setting is not None and setting.window == 0
         # Step times are reliable from the first step; acceptance varies a lot from step to step, so
         # the prediction counts as PRIOR_STEPS observed steps before the answers' own take over.
         arm.seconds += max(self.smoothing, 1.0 / (arm.observed + 2)) * (seconds - arm.seconds)

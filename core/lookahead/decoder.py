@@ -10,6 +10,7 @@ it measured: every setting is exact, so switching between steps never changes th
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -45,6 +46,9 @@ class StepChooser(Protocol):
     def choose(self) -> LookaheadConfig | None: ...
 
     def observe(self, setting: LookaheadConfig | None, tokens: int, seconds: float, fed: int) -> None: ...
+
+    # Optional: ``shadow_settings`` (verification-only settings to score after every step) and
+    # ``observe_shadow(setting, tokens, fed)``, called with what each would have emitted and fed.
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,8 @@ class Decoding:
         self._cache: Any = None
         self._mask: torch.Tensor | None = None
         self._windows: dict[tuple[int, int], JacobiWindow] = {}
+        self._shadows: list[LookaheadConfig] = list(getattr(chooser, "shadow_settings", ()))
+        self._pending: deque[tuple[int, dict[LookaheadConfig, list[tuple[int, ...]]]]] = deque()
         settings = [s for s in (chooser.settings if chooser else [lookahead]) if s is not None]
         self.pool: NGramPool | None = None
         if settings:
@@ -147,6 +153,8 @@ class Decoding:
                         self.finish_reason = "cancelled"
                         return
                     setting = self.chooser.choose() if self.chooser is not None else self.config
+                    if self._shadows:  # what each would verify now; scored once the answer is known
+                        self._pending.append((len(self.tokens), {s: self.pool.candidates(x, s.guesses, s.ngram - 1) for s in self._shadows}))
                     fed_before = self.stats.fed_tokens
                     self._timer.start()
                     emitted = self._lookahead_step(x, setting) if setting is not None else self._plain_step(x)
@@ -157,6 +165,7 @@ class Decoding:
                         self._add_output_ngrams(emitted)
                     x = emitted[-1]
                     yield from self._emit(emitted, seconds, setting)
+                    self._score_shadows()
         finally:
             self._cache = None  # also when cancelled or abandoned: the KV cache is the big allocation
             self._mask = None
@@ -177,6 +186,23 @@ class Decoding:
             self.finish_reason = "length"
         self.stats.record(len(kept), seconds, prefill=prefill, setting=None if prefill else setting_label(setting))
         yield Step(kept, seconds)
+
+    def _score_shadows(self) -> None:
+        """Score the pending steps whose following tokens are known: greedy verification accepts a
+        candidate's longest prefix that the answer itself continues with, plus one token."""
+        assert self.chooser is not None or not self._pending
+        while self._pending:
+            start, candidates = self._pending[0]
+            after = self.tokens[start:]
+            if len(after) < max(s.ngram for s in candidates) and self.finish_reason is None:
+                return
+            self._pending.popleft()
+            if not after:
+                continue
+            for setting, found in candidates.items():
+                accepted = max((_common_prefix(c, after) for c in found), default=0)
+                fed = 1 + build_tree(found).size if found else 1
+                self.chooser.observe_shadow(setting, min(accepted + 1, len(after)), fed)
 
     @property
     def _past(self) -> int:
@@ -301,6 +327,15 @@ class Decoding:
         tail = before[len(before) - (n - 1) :] + emitted
         for i in range(len(tail) - n + 1):
             self.pool.add(tail[i : i + n])
+
+
+def _common_prefix(candidate: Sequence[int], tokens: Sequence[int]) -> int:
+    n = 0
+    for a, b in zip(candidate, tokens):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
 def _check_attention(model: Any) -> None:

@@ -9,7 +9,7 @@ from core.lookahead import Decoding, LookaheadConfig, lookahead_generate
 from core.lookahead.auto import AutoChooser, Calibration, StepCostCurve, calibrate, calibrate_dtypes, grid, predict
 from tests.conftest import make_model, tiny_llama_config
 
-# Step cost curves as measured with measure_step_cost (DESIGN.md section 4): a CPU where a wide step
+# Step cost curves as measured with measure_step_cost on two 2-core machines: a CPU where a wide step
 # costs little more than a narrow one, and an AVX2-only CPU in bf16 where it costs 9.7x at 32 tokens.
 FLAT = StepCostCurve((1, 2, 4, 8, 16, 32), (0.038, 0.040, 0.040, 0.042, 0.043, 0.048))
 STEEP = StepCostCurve((1, 2, 4, 8, 16, 32), (0.066, 0.084, 0.124, 0.202, 0.351, 0.643))
@@ -120,3 +120,17 @@ def test_auto_with_repetition_penalty_matches_generate() -> None:
     out = model.generate(prompt, max_new_tokens=32, min_new_tokens=32, do_sample=False, repetition_penalty=1.1,
                          custom_generate=lookahead_generate, lookahead="auto")
     assert out.tolist() == reference.tolist()
+
+
+def test_the_verification_arm_follows_the_shadow_scores() -> None:
+    calibration = _calibration(STEEP)  # plain first; verification-only settings might still pay
+    chooser = AutoChooser(calibration)
+    shadows = chooser.shadow_settings
+    assert shadows and all(s.window == 0 for s in shadows)
+    assert set(shadows) <= set(chooser.settings)  # the pool must serve the scored settings too
+    target = max(shadows, key=lambda s: s.ngram)  # long candidates turn out to be right on this text
+    for _ in range(60):
+        for s in shadows:
+            chooser.observe_shadow(s, s.ngram if s == target else 1, 1 + s.ngram - 1)
+    assert set(chooser.rates()) == {"plain", target.label}  # the arms: plain, and verification with the target
+    assert chooser.learned()[target.label][0] > 0.9 * target.ngram

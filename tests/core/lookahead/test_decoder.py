@@ -93,3 +93,32 @@ def test_verification_only_needs_a_guess() -> None:
     with pytest.raises(ValueError, match="Verification only"):
         LookaheadConfig(0, 4, 0)
     assert LookaheadConfig(0, 4, 2).max_step_tokens == 7
+
+
+class Scoring(Alternating):
+    """Runs verification-only settings and also scores them in the shadow, as Auto does."""
+
+    def __init__(self, settings: list[LookaheadConfig | None]) -> None:
+        super().__init__(settings)
+        self.shadow_settings = [s for s in settings if s is not None]
+        self.scored: dict[str, list[tuple[int, int]]] = {s.label: [] for s in self.shadow_settings}
+
+    def observe_shadow(self, setting: LookaheadConfig, tokens: int, fed: int) -> None:
+        self.scored[setting.label].append((tokens, fed))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_shadow_scores_equal_what_the_setting_does_when_it_runs(seed: int) -> None:
+    """Scoring a verification-only setting from the answer gives exactly its real tokens and fed
+    tokens per step: Auto can pick among them without running each."""
+    model = make_model(tiny_llama_config(96), seed=seed)
+    prompt = list(range(10, 30)) * 2
+    setting = LookaheadConfig(0, 4, 2)
+    chooser = Scoring([setting])
+    decoding = Decoding(model, prompt, chooser=chooser, max_new_tokens=60)
+    list(decoding)
+    real = [(tokens, fed) for _, tokens, fed in chooser.seen]
+    assert len(chooser.scored[setting.label]) == len(real)
+    # the last steps may be cut by max_new_tokens; every complete one must agree exactly
+    assert chooser.scored[setting.label][:-4] == real[:-4]
+    assert sum(t for t, _ in real) > len(real)  # the comparison is not vacuous: candidates were accepted
