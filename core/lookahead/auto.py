@@ -48,7 +48,7 @@ PRIORS: dict[tuple[int, int, int], tuple[float, float]] = {
     (15, 5, 15): (1.70, 69.7),
 }
 START_MARGIN = 1.05  # a setting must be predicted this much faster than plain to be tried first
-KEEP_RATIO = 0.8  # settings predicted below this fraction of plain's speed are never run
+KEEP_RATIO = 0.95  # settings predicted below this fraction of plain's speed are never run
 PRIOR_STEPS = 8  # how many measured steps a prediction of tokens per step is worth
 
 

@@ -13,6 +13,7 @@ from tests.conftest import make_model, tiny_llama_config
 # costs little more than a narrow one, and an AVX2-only CPU in bf16 where it costs 9.7x at 32 tokens.
 FLAT = StepCostCurve((1, 2, 4, 8, 16, 32), (0.038, 0.040, 0.040, 0.042, 0.043, 0.048))
 STEEP = StepCostCurve((1, 2, 4, 8, 16, 32), (0.066, 0.084, 0.124, 0.202, 0.351, 0.643))
+MEDIUM = StepCostCurve((1, 2, 4, 8, 16, 32), (0.040, 0.044, 0.052, 0.072, 0.120, 0.220))
 
 
 def _calibration(curve: StepCostCurve) -> Calibration:
@@ -40,10 +41,8 @@ def test_auto_runs_plain_where_lookahead_cannot_win() -> None:
     calibration = _calibration(STEEP)
     assert calibration.choice is None
     assert calibration.reason.startswith("Auto: plain, lookahead would not be faster on this CPU")
-    arms = calibration.arms()
-    assert arms[0] is None
-    assert all(s.window == 0 for s in arms[1:])  # only cheap verification-only steps might still pay
-    assert all(e.speedup < 1.0 for e in calibration.estimates if e.setting.window > 0)
+    assert calibration.arms() == [None]  # nothing is even tried: every setting is predicted slower
+    assert all(e.speedup < 0.95 for e in calibration.estimates)
 
 
 def test_learned_tokens_per_step_replace_the_priors() -> None:
@@ -123,7 +122,7 @@ def test_auto_with_repetition_penalty_matches_generate() -> None:
 
 
 def test_the_verification_arm_follows_the_shadow_scores() -> None:
-    calibration = _calibration(STEEP)  # plain first; verification-only settings might still pay
+    calibration = _calibration(MEDIUM)  # only cheap verification-only steps pay here
     chooser = AutoChooser(calibration)
     shadows = chooser.shadow_settings
     assert shadows and all(s.window == 0 for s in shadows)
