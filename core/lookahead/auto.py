@@ -59,6 +59,17 @@ class StepCostCurve:
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
 
+    @classmethod
+    def monotone(cls, sizes: Sequence[int], seconds: Sequence[float]) -> "StepCostCurve":
+        """A curve from measured medians, made non-decreasing: feeding more tokens is never cheaper, so
+        a narrow step measured slower than a wider one was slowed by the machine (another program
+        competing), and takes the wider step's time. Lowering, never raising, keeps the relative
+        cost of wide steps from being underestimated."""
+        fixed = list(seconds)
+        for i in range(len(fixed) - 2, -1, -1):
+            fixed[i] = min(fixed[i], fixed[i + 1])
+        return cls(tuple(sizes), tuple(fixed))
+
     def cost(self, size: float) -> float:
         """Seconds at ``size`` tokens: linear between measured sizes, extended past the last two."""
         sizes, seconds = self.sizes, self.seconds
@@ -132,7 +143,7 @@ def measure_step_cost(
                 cache.crop(-size)
             if progress is not None:
                 progress((r + 1) / rounds)
-    return StepCostCurve(tuple(sizes), tuple(statistics.median(times[s][1:]) for s in sizes))
+    return StepCostCurve.monotone(sizes, [statistics.median(times[s][1:]) for s in sizes])
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,12 @@ def test_curve_interpolates_between_and_beyond_measured_sizes() -> None:
         StepCostCurve.from_dict({"sizes": [1, 2], "seconds": [0.1]})
 
 
+def test_a_curve_measured_under_load_never_makes_wide_steps_look_cheaper() -> None:
+    noisy = StepCostCurve.monotone((1, 2, 4, 8), (0.060, 0.036, 0.040, 0.038))  # the 1-token round was disturbed
+    assert noisy.seconds == (0.036, 0.036, 0.038, 0.038)
+    assert all(noisy.relative(s) >= 1.0 for s in (1, 2, 4, 8, 16))
+
+
 def test_auto_runs_lookahead_where_wide_steps_are_cheap() -> None:
     calibration = _calibration(FLAT)
     assert calibration.choice is not None and calibration.choice.window > 0
