@@ -64,7 +64,7 @@ def main(out: Path) -> int:
     real = AppPaths.default()
     with tempfile.TemporaryDirectory(prefix="lookahead-shots-") as tmp:
         paths = AppPaths(Path(tmp) / "config", Path(tmp) / "data", real.cache_dir).ensure()
-        settings = Settings(sampling=SamplingSettings(max_new_tokens=400), theme="light", mode="lookahead")
+        settings = Settings(sampling=SamplingSettings(max_new_tokens=400), theme="light", mode="auto")
         SettingsStore(paths.config_dir).save(settings)
         window = MainWindow(paths)
         window.resize(1280, 800)
