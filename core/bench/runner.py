@@ -123,9 +123,6 @@ class BenchRunner:
             if name not in self.models:
                 self.models[name] = copy.deepcopy(loaded.model).to(casts[name])
         self._cancel = CancelToken()
-        self._forwards = 0
-        for model in self.models.values():
-            model.register_forward_pre_hook(self._count_forward)
 
     @property
     def first_dtype(self) -> str:
@@ -208,9 +205,13 @@ class BenchRunner:
         model = self.models[self._dtype_of(method)]
         if method.kind in ("generate", "prompt_lookup"):
             extra = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if method.kind == "prompt_lookup" else {}
-            forwards = self._forwards
-            tokens, seconds = self._generate(model, ids, max_new, **extra)
-            return tokens, {"steps": self._forwards - forwards, "seconds": seconds, "ttft": 0.0, "step_seconds": [], "step_tokens": []}
+            forwards = [0]
+            hook = model.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+            try:  # the hook is removed again: the runner also serves the app's own model (Compare suites)
+                tokens, seconds = self._generate(model, ids, max_new, **extra)
+            finally:
+                hook.remove()
+            return tokens, {"steps": forwards[0], "seconds": seconds, "ttft": 0.0, "step_seconds": [], "step_tokens": []}
         config = method.lookahead
         if config is not None and method.pool != "prompt":
             config = LookaheadConfig(config.window, config.ngram, config.guesses, pool_from_prompt=method.pool == "conversation", seed=config.seed)
@@ -251,9 +252,6 @@ class BenchRunner:
         )
         device_sync(self.loaded.device)
         return out[0, len(ids):].tolist(), time.perf_counter() - start
-
-    def _count_forward(self, *_: Any) -> None:
-        self._forwards += 1
 
 
 class _Cancelled(StoppingCriteria):

@@ -356,7 +356,8 @@ class AutoChooser:
     @property
     def settings(self) -> list[LookaheadConfig | None]:
         """Every setting it may run, and those it scores (the n-gram pool must serve them all)."""
-        return [*(arm.setting for arm in self._arms), *(s for s in self._shadows if s != (self._verify and self._verify.setting))]
+        running = [arm.setting for arm in self._arms]
+        return [*running, *(s for s in self._shadows if s not in running)]
 
     @property
     def shadow_settings(self) -> list[LookaheadConfig]:

@@ -28,6 +28,7 @@ def test_runner_compares_methods_on_identical_prompts(tiny_loaded) -> None:
     methods.append(Method("lookahead conversation pool", "loop", config, pool="conversation"))
     suites = [load_suite("code", 2), load_suite("multiturn", 1)]
     results = BenchRunner(tiny_loaded, max_new_tokens=12).run(suites, methods)
+    assert not tiny_loaded.model._forward_pre_hooks  # forward passes were counted, and the counter removed
     assert len(results) == len(methods) * (2 + 3)
     for r in results:
         if r.method.startswith(("lookahead", "plain", "generate")):
