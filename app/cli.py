@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-peers", action="store_true", help="skip model.generate and prompt-lookup runs")
     bench.add_argument("--conversation-pool", action="store_true", help="also run lookahead with message-only and conversation pools")
     bench.add_argument("--out", default="bench-results", help="folder for the JSON file and the PNG chart")
-    bench.add_argument("--overhead", action="store_true", help="only profile the time spent outside the forward pass")
+    bench.add_argument("--overhead", action="store_true", help="only profile where the milliseconds of one step go (weights, attention, cache, Python)")
     export = sub.add_parser("export-model", help="write a model as a safetensors folder with its tokenizer (for the GPU check)")
     export.add_argument("--model", help="'default' (the default), a model folder, a .gguf file or a hub repo id")
     export.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")

@@ -224,7 +224,7 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     if not args.no_peers:
         methods.append(Method(f"prompt lookup {10}{tag(run_dtype)}", "prompt_lookup", dtype=run_dtype))
     if args.overhead:
-        return _overhead(loaded, suites, [(m.name, m.lookahead) for m in methods if m.lookahead is not None])
+        return _overhead(loaded)
     runner.warm_up(methods)
     start = time.perf_counter()
     results = runner.run(suites, methods, _progress_printer("bench: "))
@@ -260,18 +260,11 @@ def _parse_config(spec: str) -> LookaheadConfig:
     return LookaheadConfig(window, ngram, guesses)
 
 
-def _overhead(loaded, suites, configs) -> int:
-    """Print the share of each step spent outside the model's forward pass, and the top of a profile."""
-    from core.bench.overhead import measure_overhead
-    from core.chat.prompt import Message, encode_messages
+def _overhead(loaded) -> int:
+    """Print where the milliseconds of a plain and a lookahead-sized step go, per step implementation."""
+    from core.bench.overhead import profile_steps, profile_table
 
-    ids = encode_messages(loaded.tokenizer, [Message("user", suites[0].prompts[0].turns[0])])
-    for name, config in [("plain loop", None), *configs]:
-        result = measure_overhead(loaded, ids, config)
-        print(f"{name}: {result.steps} steps, {result.step_seconds * 1000 / result.steps:.1f} ms/step, "
-              f"{result.outside_fraction * 100:.1f}% outside the forward pass")
-        if config is not None:
-            print(result.profile_top)
+    print(profile_table(profile_steps(loaded.model)))
     return 0
 
 

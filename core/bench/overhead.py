@@ -1,58 +1,110 @@
-"""How much of a decoding step is spent outside the model's forward pass (Python, masks, cache moves)."""
+"""Where the milliseconds of one decoding step go, per step implementation, from torch's profiler.
+
+Each operator's own time is put in a category: the weight matrix products, attention, cache
+copies, other tensor operators; what the operators do not account for is Python and dispatch.
+Steps are fed as the decoder feeds them (a 1-token plain step, a lookahead-sized step with its
+mask) after ``context`` cached tokens, alternating between implementations.
+"""
 
 from __future__ import annotations
 
-import cProfile
-import io
-import pstats
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from core.lookahead import Decoding, LookaheadConfig
+import torch
+
+from core.lookahead.llama_step import LlamaStep, supports_llama_step
+from core.lookahead.model_step import ModelStep, TransformersStep
 from core.lookahead.stats import device_sync
-from core.models.loader import LoadedModel
+
+CATEGORIES = ("weights", "attention", "cache", "other ops", "python and dispatch")
+_WEIGHT_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu", "aten::linear")
+_CACHE_OPS = ("aten::cat", "aten::copy_", "aten::index", "aten::index_put_", "aten::slice_scatter", "aten::zeros", "aten::fill_")
 
 
-@dataclass(frozen=True)
-class Overhead:
-    steps: int
-    step_seconds: float  # all decoding steps after the prefill
-    forward_seconds: float  # inside model.forward during those steps
-    profile_top: str  # cProfile's top entries by own time, for a second run
+@dataclass
+class StepProfile:
+    """Milliseconds per step of one implementation at one step size, by category."""
 
-    @property
-    def outside_fraction(self) -> float:
-        return 1.0 - self.forward_seconds / self.step_seconds if self.step_seconds else 0.0
+    implementation: str
+    size: int
+    total_ms: float
+    parts_ms: dict[str, float] = field(default_factory=dict)
 
 
-def measure_overhead(loaded: LoadedModel, prompt_ids: list[int], config: LookaheadConfig | None, max_new_tokens: int = 128) -> Overhead:
-    """Time the forward passes with hooks on the model, against the steps' own (synchronised) times."""
-    model, device = loaded.model, loaded.device
-    spans: list[float] = []
-    started: list[float] = []
+def category(op: str) -> str:
+    """The category an operator's own time counts in."""
+    if op in _WEIGHT_OPS:
+        return "weights"
+    if "scaled_dot_product" in op or "attention" in op:
+        return "attention"
+    if op in _CACHE_OPS:
+        return "cache"
+    return "other ops"
 
-    def before(*_: object, **__: object) -> None:
-        device_sync(device)
-        started.append(time.perf_counter())
 
-    def after(*_: object, **__: object) -> None:
-        device_sync(device)
-        spans.append(time.perf_counter() - started.pop())
+def implementations(model: Any, capacity: int) -> dict[str, ModelStep]:
+    """Every step implementation that runs ``model``, by name."""
+    steps: dict[str, ModelStep] = {"transformers": TransformersStep(model, lookahead=True)}
+    if supports_llama_step(model):
+        steps["lean"] = LlamaStep(model, capacity)
+    return steps
 
-    pre = model.register_forward_pre_hook(before, with_kwargs=True)
-    post = model.register_forward_hook(after, with_kwargs=True)
-    try:
-        decoding = Decoding(model, prompt_ids, lookahead=config, max_new_tokens=max_new_tokens)
-        list(decoding)
-    finally:
-        pre.remove()
-        post.remove()
-    step_seconds = sum(decoding.stats.step_seconds[1:])
-    forward_seconds = sum(spans[1:])  # the first forward is the prefill
-    profiler = cProfile.Profile()
-    profiler.enable()
-    list(Decoding(model, prompt_ids, lookahead=config, max_new_tokens=max_new_tokens))
-    profiler.disable()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(15)
-    return Overhead(decoding.stats.steps - 1, step_seconds, forward_seconds, text.getvalue())
+
+def profile_steps(model: Any, sizes: Sequence[int] = (1, 12), context: int = 256, repeats: int = 20) -> list[StepProfile]:
+    """Profile each implementation at each step size; the first round is a warm-up."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = model.device
+    dtype = model.get_input_embeddings().weight.dtype
+    vocab = model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    steps = implementations(model, context + max(sizes) + 1)
+    results: list[StepProfile] = []
+    with torch.inference_mode():
+        prefix = torch.randint(0, vocab, (context,), generator=generator).to(device)
+        for step in steps.values():
+            step.forward(prefix, torch.arange(context, device=device), 1)
+        for size in sizes:
+            ids = torch.randint(0, vocab, (size,), generator=generator).to(device)
+            positions = torch.arange(context, context + size, device=device)
+            mask = None if size == 1 else _causal_mask(size, context, dtype, device)
+            for name, step in steps.items():
+                _run(step, ids, positions, mask, context)  # warm-up
+                device_sync(device)
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    _run(step, ids, positions, mask, context)
+                device_sync(device)
+                wall = (time.perf_counter() - start) * 1000 / repeats  # timed apart: profiling slows the Python side
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    for _ in range(repeats):
+                        _run(step, ids, positions, mask, context)
+                parts = dict.fromkeys(CATEGORIES, 0.0)
+                for event in prof.key_averages():
+                    parts[category(event.key)] += event.self_cpu_time_total / 1000 / repeats
+                parts["python and dispatch"] = max(0.0, wall - sum(parts.values()))
+                results.append(StepProfile(name, size, wall, parts))
+    return results
+
+
+def _run(step: ModelStep, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, context: int) -> None:
+    keep = torch.arange(min(len(ids), 1 + len(ids) // 2), device=ids.device) if len(ids) > 1 else 1
+    step.forward(ids, positions, keep, mask)
+    step.keep(context - 1, len(ids) + 1, [])  # back to the context: every round measures the same step
+
+
+def _causal_mask(size: int, context: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    block = torch.full((size, size), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+    return torch.cat([block.new_zeros(size, context), block], dim=1)
+
+
+def profile_table(profiles: Sequence[StepProfile]) -> str:
+    """A markdown table: one row per (implementation, size), ms per category and in all."""
+    lines = ["| step | tokens | " + " | ".join(CATEGORIES) + " | total ms |", "|---|---:|" + "---:|" * (len(CATEGORIES) + 1)]
+    for p in profiles:
+        cells = " | ".join(f"{p.parts_ms[c]:.1f}" for c in CATEGORIES)
+        lines.append(f"| {p.implementation} | {p.size} | {cells} | {p.total_ms:.1f} |")
+    return "\n".join(lines)

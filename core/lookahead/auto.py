@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from core.lookahead.config import LookaheadConfig
+from core.lookahead.model_step import model_step
 from core.lookahead.stats import device_sync
 
 CPU_CURVE_SIZES = (1, 2, 4, 8, 16, 32)
@@ -108,42 +109,54 @@ def measure_step_cost(
     progress: Callable[[float], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
 ) -> StepCostCurve:
+    """The step cost curve from :func:`measure_step_seconds`, made non-decreasing."""
+    return StepCostCurve.monotone(sizes, measure_step_seconds(model, sizes, context, repeats, progress, cancelled))
+
+
+def measure_step_seconds(
+    model: Any,
+    sizes: Sequence[int] = CPU_CURVE_SIZES,
+    context: int = 256,
+    repeats: int = 3,
+    progress: Callable[[float], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> list[float]:
     """Median seconds of one forward pass feeding each size after ``context`` cached tokens.
 
-    Steps are built as lookahead builds them (4D additive mask, explicit positions, only the rows
-    it keeps); sizes are interleaved within each round so that machine noise hits all alike, and
-    a first round warms up and is dropped.
+    Steps run through the step implementation the decoder uses and are built as it builds them
+    (a 1-token step without a mask, wider ones with a 4D additive mask, only the rows they keep);
+    sizes are interleaved within each round so that machine noise hits all alike, and a first
+    round warms up and is dropped.
     """
-    from transformers import DynamicCache
-
     device = model.device
     dtype = model.get_input_embeddings().weight.dtype
     vocab = model.config.vocab_size
     generator = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, context), generator=generator).to(device)
-    cache = DynamicCache()
+    step = model_step(model, context + max(sizes) + 1, lookahead=True)
     times: dict[int, list[float]] = {s: [] for s in sizes}
     rounds = repeats + 1
     with torch.inference_mode():
-        model(input_ids=prefix, cache=cache, use_cache=True, logits_to_keep=1)
+        step.forward(torch.randint(0, vocab, (context,), generator=generator).to(device), torch.arange(context, device=device), 1)
         for r in range(rounds):
             for size in sizes:
                 if cancelled is not None and cancelled():
                     raise Cancelled
-                ids = torch.randint(0, vocab, (1, size), generator=generator).to(device)
-                block = torch.full((size, size), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
-                mask = torch.cat([block.new_zeros(size, context), block], dim=1)[None, None]
-                positions = torch.arange(context, context + size, device=device)[None]
-                keep = torch.arange(min(size, 1 + size // 2), device=device)
+                ids = torch.randint(0, vocab, (size,), generator=generator).to(device)
+                mask = None
+                if size > 1:
+                    block = torch.full((size, size), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+                    mask = torch.cat([block.new_zeros(size, context), block], dim=1)
+                positions = torch.arange(context, context + size, device=device)
+                keep = torch.arange(min(size, 1 + size // 2), device=device) if size > 1 else 1
                 device_sync(device)
                 start = time.perf_counter()
-                model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=keep)
+                step.forward(ids, positions, keep, mask)
                 device_sync(device)
                 times[size].append(time.perf_counter() - start)
-                cache.crop(-size)
+                step.keep(context - 1, size + 1, [])  # back to ``context`` entries
             if progress is not None:
                 progress((r + 1) / rounds)
-    return StepCostCurve.monotone(sizes, [statistics.median(times[s][1:]) for s in sizes])
+    return [statistics.median(times[s][1:]) for s in sizes]
 
 
 @dataclass(frozen=True)

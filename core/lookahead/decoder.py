@@ -19,9 +19,9 @@ import torch
 
 from core.lookahead.config import LookaheadConfig
 from core.lookahead.layout import StepLayout, step_layout
+from core.lookahead.model_step import ModelStep, model_step
 from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import TokenPolicy, verify_with_policy
-from core.lookahead.sliding import sliding_window_of, step_masks
 from core.lookahead.stats import DecodeStats, StepTimer
 from core.lookahead.tree import build_tree
 from core.lookahead.verify import verify_greedy
@@ -116,7 +116,7 @@ class Decoding:
         mode = "auto" if chooser is not None else "lookahead" if lookahead else "plain"
         self.stats = DecodeStats(mode=mode, prompt_tokens=len(self.prompt))
         self._timer = StepTimer(self.device)
-        self._cache: Any = None
+        self._model_step: ModelStep | None = None
         self._mask: torch.Tensor | None = None
         self._windows: dict[tuple[int, int], JacobiWindow] = {}
         self._shadows: list[LookaheadConfig] = list(getattr(chooser, "shadow_settings", ()))
@@ -132,15 +132,11 @@ class Decoding:
             self._pool_from_output = settings[0].pool_from_output
             self._max_step = max(s.max_step_tokens for s in settings)
             self._mask_dtype = model.get_input_embeddings().weight.dtype
-            self._sliding = sliding_window_of(model.config)
 
     def __iter__(self) -> Iterator[Step]:
-        from transformers import DynamicCache
-
-        # Lookahead moves cache entries by index, so it needs full-attention layers; its mask applies any sliding window.
-        self._cache = DynamicCache() if self.pool is not None else DynamicCache(config=self.model.config)
+        span = len(self.prompt) + self.max_new_tokens + (self._max_step if self.pool is not None else 1)
+        self._model_step = model_step(self.model, span, lookahead=self.pool is not None)
         if self.policy is not None:
-            span = len(self.prompt) + self.max_new_tokens + (self._max_step if self.pool is not None else 1)
             self._ids = torch.zeros(1, span, dtype=torch.long, device=self.device)
             self._ids[0, : len(self.prompt)] = torch.tensor(self.prompt, device=self.device)
         try:
@@ -167,7 +163,7 @@ class Decoding:
                     yield from self._emit(emitted, seconds, setting)
                     self._score_shadows()
         finally:
-            self._cache = None  # also when cancelled or abandoned: the KV cache is the big allocation
+            self._model_step = None  # also when cancelled or abandoned: the KV cache is the big allocation
             self._mask = None
 
     def _emit(self, emitted: list[int], seconds: float, setting: LookaheadConfig | None, *, prefill: bool = False) -> Iterator[Step]:
@@ -209,19 +205,9 @@ class Decoding:
         """Tokens in the KV cache; x (the last emitted token) is never cached yet."""
         return len(self.prompt) + len(self.tokens) - 1
 
-    def _forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor,
-        mask: torch.Tensor | dict[str, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        out = self.model(
-            input_ids=ids[None],
-            position_ids=positions[None],
-            attention_mask=mask,
-            cache=self._cache,
-            use_cache=True,
-            logits_to_keep=keep,
-        )
-        return out.logits[0]
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        assert self._model_step is not None
+        return self._model_step.forward(ids, positions, keep, mask)
 
     def _choose(self, logits: torch.Tensor) -> int:
         """The next token from the last position's logits row."""
@@ -264,7 +250,7 @@ class Decoding:
         positions = layout.position_offsets + past
         mask = self._step_mask(layout, past)
         try:
-            logits = self._forward(ids, positions, layout.keep_rows, step_masks(mask, positions, past, self._sliding))
+            logits = self._forward(ids, positions, layout.keep_rows, mask)
         finally:
             mask[:, past:].zero_()  # the buffer is all zeros (attend) outside the current step block
         predictions = logits.argmax(dim=-1).tolist()
@@ -284,7 +270,8 @@ class Decoding:
 
             best, accepted, emitted = verify_with_policy(candidates, row_scores, policy, self.device)
         sources = [layout.tree_start + node for node in tree.paths[best][:accepted]] if accepted else []
-        self._compact_cache(past, layout.size, sources)
+        assert self._model_step is not None
+        self._model_step.keep(past, layout.size, sources)
         if window is not None:
             window.update(x, predictions[1 : 1 + cfg.window], self.pool)
         return emitted
@@ -308,16 +295,6 @@ class Decoding:
         view = self._mask[:rows, :cols]
         view[:, past:] = layout.mask_block
         return view
-
-    def _compact_cache(self, past: int, step_size: int, sources: list[int]) -> None:
-        """Keep x and the accepted tree tokens (moved right after x, in order); drop the rest of the step."""
-        accepted = len(sources)
-        if sources and sources != list(range(1, 1 + accepted)):  # not already in place
-            src = torch.tensor([past + s for s in sources], device=self.device)
-            for layer in self._cache.layers:
-                layer.keys[:, :, past + 1 : past + 1 + accepted] = layer.keys[:, :, src]
-                layer.values[:, :, past + 1 : past + 1 + accepted] = layer.values[:, :, src]
-        self._cache.crop(-(step_size - 1 - accepted))
 
     def _add_output_ngrams(self, emitted: list[int]) -> None:
         """Index the n-grams that end in the tokens just emitted: answers often repeat themselves."""

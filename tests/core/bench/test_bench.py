@@ -124,7 +124,7 @@ def test_runner_stops_within_one_step_when_cancelled(tiny_loaded, stop_at: int) 
             cancel.cancel()
 
     methods = standard_methods([("lookahead W3 N3 G3", LookaheadConfig(3, 3, 3))], peers=False)
-    hook = tiny_loaded.model.register_forward_pre_hook(count_and_cancel)
+    hook = tiny_loaded.model.get_input_embeddings().register_forward_pre_hook(count_and_cancel)  # once per forward pass
     try:
         results = BenchRunner(tiny_loaded, max_new_tokens=64).run([load_suite("chat", 3)], methods, cancel=cancel)
     finally:

@@ -1,0 +1,63 @@
+"""A preallocated KV cache written in place: no concatenation per step, cropping is a length change.
+
+Lookahead keeps a step's accepted entries and drops the rest; here that is a copy of a few slots
+and a new ``length``. Buffers grow (doubling) only when a generation outruns its first estimate.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class StaticKVCache:
+    """Keys and values of every layer, ``[1, kv_heads, capacity, head_dim]`` each; ``length`` slots used."""
+
+    def __init__(self, layers: int, capacity: int) -> None:
+        self.keys: list[torch.Tensor | None] = [None] * layers
+        self.values: list[torch.Tensor | None] = [None] * layers
+        self.capacity = max(1, capacity)
+        self.length = 0
+
+    def reserve(self, slots: int) -> None:
+        """Make room for ``slots`` slots in all (existing entries kept)."""
+        if slots <= self.capacity:
+            return
+        self.capacity = max(slots, 2 * self.capacity)
+        for buffers in (self.keys, self.values):
+            for i, old in enumerate(buffers):
+                if old is not None:
+                    new = old.new_zeros(old.shape[0], old.shape[1], self.capacity, old.shape[3])
+                    new[:, :, : self.length] = old[:, :, : self.length]
+                    buffers[i] = new
+
+    def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store a step's ``[1, kv_heads, q, head_dim]`` entries after ``length``; views of all entries up to them.
+
+        ``length`` itself moves on only with :meth:`advance`, once every layer has written.
+        """
+        end = self.length + keys.shape[2]
+        if self.keys[layer] is None:  # allocated on first use, in the dtype and device the layer computes in
+            shape = (1, keys.shape[1], self.capacity, keys.shape[3])
+            self.keys[layer] = keys.new_zeros(shape)
+            self.values[layer] = values.new_zeros(shape)
+        self.keys[layer][:, :, self.length : end] = keys
+        self.values[layer][:, :, self.length : end] = values
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def advance(self, tokens: int) -> None:
+        self.length += tokens
+
+    def keep(self, past: int, step_size: int, sources: list[int]) -> None:
+        """After a step of ``step_size`` slots from ``past``: keep slot ``past`` (x) and the step slots
+        ``sources`` (offsets from ``past``), moved right after x in order; drop the rest."""
+        accepted = len(sources)
+        if sources and sources != list(range(1, 1 + accepted)):  # not already in place
+            src: torch.Tensor | None = None
+            for buffers in (self.keys, self.values):
+                for buffer in buffers:
+                    if buffer is None:
+                        continue
+                    if src is None:
+                        src = torch.tensor([past + s for s in sources], device=buffer.device)
+                    buffer[:, :, past + 1 : past + 1 + accepted] = buffer[:, :, src]
+        self.length = past + 1 + accepted

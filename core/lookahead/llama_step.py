@@ -1,0 +1,114 @@
+"""A lean forward pass for LLaMA-family models over a preallocated KV cache.
+
+transformers' forward spends a large share of a decoding step on bookkeeping: it concatenates
+every layer's cache (60 copies of the whole cache per step for a 30-layer model), builds masks
+and output objects. This forward runs the model's own modules (embedding, norms, projections,
+MLP, LM head: quantized linears included) and does only the rest itself: rotary embedding,
+the cache write in place, attention. The math is transformers' own, op for op, so the logits
+match its forward.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from core.lookahead.kv_cache import StaticKVCache
+from core.lookahead.sliding import sliding_window_of
+
+SUPPORTED_TYPES = frozenset({"llama", "mistral", "qwen2"})
+"""Architectures whose decoder layer is exactly: norm, attention (q/k/v/o projections, rotary), norm, MLP."""
+
+
+def supports_llama_step(model: Any) -> bool:
+    """True when :class:`LlamaStep` computes ``model`` exactly as transformers does."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "model_type", None) not in SUPPORTED_TYPES:
+        return False
+    if sliding_window_of(config) is not None or getattr(model, "training", False):
+        return False
+    inner = getattr(model, "model", None)
+    return (
+        inner is not None
+        and hasattr(model, "lm_head")
+        and hasattr(inner, "rotary_emb")
+        and all(hasattr(layer.self_attn, "q_proj") and not hasattr(layer.self_attn, "q_norm") for layer in inner.layers)
+    )
+
+
+class LlamaStep:
+    """Feeds steps to a LLaMA-family model, keeping its KV cache in a :class:`StaticKVCache`."""
+
+    def __init__(self, model: Any, capacity: int) -> None:
+        config = model.config
+        self.model = model
+        self.layers = list(model.model.layers)
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.scaling = self.head_dim**-0.5
+        self._rotate = sys.modules[type(self.layers[0].self_attn).__module__].apply_rotary_pos_emb
+        self.cache = StaticKVCache(len(self.layers), capacity)
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        q = ids.shape[0]
+        past = self.cache.length
+        self.cache.reserve(past + q)
+        inner = self.model.model
+        hidden = inner.embed_tokens(ids[None])
+        cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])
+        attn_mask, causal = None, False
+        if mask is not None:
+            attn_mask = mask[None, None]
+        elif q > 1 and past > 0:
+            attn_mask = _causal_after(past, q, hidden.dtype, hidden.device)[None, None]
+        else:
+            causal = q > 1
+        for index, layer in enumerate(self.layers):
+            residual = hidden
+            hidden = layer.input_layernorm(hidden)
+            hidden = residual + self._attention(index, layer.self_attn, hidden, cos, sin, attn_mask, causal)
+            residual = hidden
+            hidden = residual + layer.mlp(layer.post_attention_layernorm(hidden))
+        self.cache.advance(q)
+        hidden = inner.norm(hidden)[0]
+        rows = hidden[-keep:] if isinstance(keep, int) else hidden[keep]
+        return self.model.lm_head(rows)
+
+    def _attention(
+        self, index: int, attn: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+        mask: torch.Tensor | None, causal: bool,
+    ) -> torch.Tensor:
+        q = hidden.shape[1]
+        shape = (1, q, -1, self.head_dim)
+        query = attn.q_proj(hidden).view(shape).transpose(1, 2)
+        key = attn.k_proj(hidden).view(shape).transpose(1, 2)
+        value = attn.v_proj(hidden).view(shape).transpose(1, 2)
+        query, key = self._rotate(query, key, cos, sin)
+        key, value = self.cache.write(index, key, value)
+        groups = self.heads // self.kv_heads
+        if mask is None:
+            out = F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=self.scaling, enable_gqa=groups > 1)
+        else:
+            if groups > 1:
+                key = key.repeat_interleave(groups, dim=1)
+                value = value.repeat_interleave(groups, dim=1)
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scaling)
+        return attn.o_proj(out.transpose(1, 2).reshape(1, q, -1))
+
+    def keep(self, past: int, step_size: int, sources: list[int]) -> None:
+        self.cache.keep(past, step_size, sources)
+
+
+def _causal_after(past: int, q: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[q, past+q]`` additive mask: all of the cache, causal among the new tokens."""
+    block = torch.full((q, q), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+    return torch.cat([block.new_zeros(q, past), block], dim=1)
+
