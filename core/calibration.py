@@ -23,13 +23,14 @@ import torch
 
 from core.atomic import write_json_atomic
 from core.lookahead.auto import AutoChooser, Calibration, Cancelled, calibrate, calibrate_dtypes
+from core.lookahead.model_step import step_kind
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import CancelToken, ProgressCallback, no_progress
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2  # 2: the step cost of the lean LLaMA step
 STAGE = "Measuring this machine for Auto (once)"
 
 
@@ -43,6 +44,7 @@ def calibration_key(loaded: LoadedModel) -> dict[str, Any]:
         "quantization": loaded.quantization,
         "torch": torch.__version__,
         "threads": torch.get_num_threads() if loaded.device.type == "cpu" else 0,
+        "step": step_kind(loaded.model),
     }
 
 

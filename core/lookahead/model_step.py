@@ -72,8 +72,15 @@ class TransformersStep:
 
 def model_step(model: Any, capacity: int, *, lookahead: bool) -> ModelStep:
     """The fastest step implementation that runs ``model`` exactly; ``capacity`` is the expected cache size."""
-    from core.lookahead.llama_step import LlamaStep, supports_llama_step
+    from core.lookahead.llama_step import LlamaStep
 
-    if supports_llama_step(model):
+    if step_kind(model) == "lean":
         return LlamaStep(model, capacity)
     return TransformersStep(model, lookahead=lookahead)
+
+
+def step_kind(model: Any) -> str:
+    """Which implementation :func:`model_step` runs ``model`` on: ``lean`` or ``transformers``."""
+    from core.lookahead.llama_step import supports_llama_step
+
+    return "lean" if supports_llama_step(model) else "transformers"

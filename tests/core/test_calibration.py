@@ -19,6 +19,7 @@ def test_calibration_is_measured_once_then_read_from_the_cache(tiny_loaded, app_
     assert tiny_loaded.calibration is first and tiny_loaded.chooser is not None
     stored = json.loads(path.read_text())
     assert stored["key"]["threads"] == torch.get_num_threads() and stored["key"]["torch"] == torch.__version__
+    assert stored["key"]["step"] == "lean"  # the tiny LLaMA runs on the lean step, and its curve is that step's
     stages.clear()
     second = cal.ensure_calibrated(tiny_loaded, app_paths, lambda stage, f: stages.append(f))
     assert stages == [] and second.curve == first.curve  # from the cache: nothing measured
