@@ -30,6 +30,8 @@ def supports_llama_step(model: Any) -> bool:
         return False
     if sliding_window_of(config) is not None or getattr(model, "training", False):
         return False
+    if len(set((getattr(model, "hf_device_map", None) or {}).values())) > 1:  # split or offloaded: accelerate's
+        return False  # hooks on the decoder layers move activations, and this forward does not call the layers
     inner = getattr(model, "model", None)
     return (
         inner is not None

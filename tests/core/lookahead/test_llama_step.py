@@ -74,6 +74,9 @@ def test_only_architectures_it_computes_exactly_take_the_lean_step() -> None:
     assert supports_llama_step(_tiny("llama")) and supports_llama_step(_tiny("qwen2"))
     assert not supports_llama_step(_tiny("gemma"))  # scaled embeddings, (1 + w) norms
     assert not supports_llama_step(_tiny("mistral", sliding_window=8))  # the window lives in transformers' masks
+    split = _tiny("llama")
+    split.hf_device_map = {"model.layers.0": "cpu", "model.layers.1": "disk"}  # as accelerate marks an offloaded model
+    assert not supports_llama_step(split)
     assert isinstance(model_step(_tiny("gemma"), 32, lookahead=True), TransformersStep)
     assert isinstance(model_step(_tiny("llama"), 32, lookahead=False), LlamaStep)
 
