@@ -327,6 +327,16 @@ class _Arm:
     fed_tokens: float
     seconds: float  # per step
     observed: int = 0
+    streak: int = 0  # steps run in a row, up to now
+    last_step: int = 0  # the chooser's step count when it last ran
+
+
+PROBE_STEPS = 3
+"""Steps a probe of a lookahead setting measures (a plain probe measures one)."""
+
+REPROBE_AFTER = 512
+"""Steps after which a setting that measured slower is probed again anyway (every arm was predicted
+at least KEEP_RATIO of plain, so such a probe costs little)."""
 
 
 class AutoChooser:
@@ -336,9 +346,11 @@ class AutoChooser:
     started from the calibration's predictions. Verification-only settings are also scored on every
     step from the answer itself (``observe_shadow``), so the verification arm runs the best of
     them without probing each. The chooser runs the best rate; every
-    ``probe_every`` steps it runs another setting whose rate might beat it for a few steps (a
-    windowed setting needs N-1 steps to refill its window), and the best must lead by
-    ``switch_margin`` before the running setting is changed.
+    ``probe_every`` steps it runs another setting whose rate might beat it for a few steps, and
+    the best must lead by ``switch_margin`` before the running setting is changed; a setting that
+    fell behind gets another probe after :data:`REPROBE_AFTER` steps. A windowed
+    setting that resumes has a stale Jacobi window for its first N-1 steps: they count for its
+    step time, not for its tokens per step, and its probes last that much longer.
     """
 
     def __init__(self, calibration: Calibration, *, probe_every: int = 32, switch_margin: float = 1.04, smoothing: float = 0.15) -> None:
@@ -354,6 +366,7 @@ class AutoChooser:
             tps, fed = (e.tokens_per_step, e.fed_tokens) if e else (1.0, 1.0)
             self._arms.append(_Arm(setting, tps, fed, unit * calibration.curve.relative(fed)))
         self._current = self._arms[0]
+        self._last: _Arm | None = None
         self._probe: _Arm | None = None
         self._probe_left = 0
         self._steps = 0
@@ -426,11 +439,15 @@ class AutoChooser:
             assert arm is not None and setting is not None and setting.window == 0
         # Step times are reliable from the first step; acceptance varies a lot from step to step, so
         # the prediction counts as PRIOR_STEPS observed steps before the answers' own take over.
+        arm.streak = arm.streak + 1 if arm is self._last else 1
+        arm.last_step = self._steps
+        self._last = arm
         arm.seconds += max(self.smoothing, 1.0 / (arm.observed + 2)) * (seconds - arm.seconds)
-        weight = max(self.smoothing / 2, 1.0 / (arm.observed + PRIOR_STEPS))
-        arm.tokens_per_step += weight * (tokens - arm.tokens_per_step)
-        arm.fed_tokens += weight * (fed - arm.fed_tokens)
-        arm.observed += 1
+        if arm.streak > _refill_steps(setting):
+            weight = max(self.smoothing / 2, 1.0 / (arm.observed + PRIOR_STEPS))
+            arm.tokens_per_step += weight * (tokens - arm.tokens_per_step)
+            arm.fed_tokens += weight * (fed - arm.fed_tokens)
+            arm.observed += 1
         best = max(self._arms, key=_rate)
         if best is not self._current and _rate(best) > self.switch_margin * _rate(self._current):
             self._current = best
@@ -442,7 +459,11 @@ class AutoChooser:
         if not others:
             return None
         rival = max(others, key=_rate)
-        return rival if _rate(rival) >= KEEP_RATIO * _rate(self._current) else None
+        if _rate(rival) >= KEEP_RATIO * _rate(self._current):
+            return rival
+        # What measured slower once may win on other text (code after chat): each gets another look now and then.
+        stale = min(others, key=lambda a: a.last_step)
+        return stale if self._steps - stale.last_step >= REPROBE_AFTER else None
 
 
 def _rate(arm: _Arm) -> float:
@@ -453,7 +474,11 @@ def _label(setting: LookaheadConfig | None) -> str:
     return setting.label if setting is not None else "plain"
 
 
+def _refill_steps(setting: LookaheadConfig | None) -> int:
+    """Steps a setting runs on a stale Jacobi window after it resumes: N-1 for a windowed one."""
+    return setting.ngram - 1 if setting is not None and setting.window else 0
+
+
 def _probe_length(setting: LookaheadConfig | None) -> int:
-    if setting is None:
-        return 1
-    return setting.ngram - 1 if setting.window else 2
+    """A probe measures a few steps, after any refill of the window."""
+    return _refill_steps(setting) + (PROBE_STEPS if setting is not None else 1)

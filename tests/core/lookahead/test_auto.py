@@ -88,6 +88,27 @@ def test_chooser_keeps_a_winning_setting_and_probes_plain_rarely() -> None:
     assert chooser.learned()[calibration.choice.label][0] > 1.5
 
 
+def test_a_resumed_window_is_judged_after_it_refills() -> None:
+    calibration = _calibration(FLAT)
+    windowed = calibration.choice
+    assert windowed is not None and windowed.window > 0
+    chooser = AutoChooser(calibration)
+    runs: list[int] = []
+    since_resumed, previous = 0, None
+    for step in range(1200):
+        setting = chooser.choose()
+        since_resumed = since_resumed + 1 if setting == previous else 1
+        if setting == windowed and setting != previous:
+            runs.append(step)
+        previous = setting
+        # the window finds nothing for 150 steps (it loses to plain), then 2.5 tokens a step once refilled
+        good = step >= 150 and since_resumed >= windowed.ngram
+        tokens = (2.5 if good else 1) if setting == windowed else 1
+        chooser.observe(setting, tokens, 0.04 if setting is None else 0.05, 1 if setting is None else 12)
+    assert len(runs) >= 2 and chooser.choose() == windowed  # it lost, was probed (window refilled first), and won back
+    assert chooser.learned()[windowed.label][0] == pytest.approx(2.5, abs=0.05)  # cold steps left out
+
+
 def test_calibration_on_a_real_model_is_quick_and_complete() -> None:
     model = make_model(tiny_llama_config(96), seed=0)
     calibration = calibrate(model)
