@@ -4,8 +4,9 @@ transformers' forward spends a large share of a decoding step on bookkeeping: it
 every layer's cache (60 copies of the whole cache per step for a 30-layer model), builds masks
 and output objects. This forward runs the model's own modules (embedding, norms, projections,
 MLP, LM head: quantized linears included) and does only the rest itself: rotary embedding,
-the cache write in place, attention. The math is transformers' own, op for op, so the logits
-match its forward.
+the cache write in place, attention. The math is transformers' own, op for op: prefill and
+1-token steps give bit-identical logits; a masked (lookahead) step attends without copying the
+cache per query group, which rounds differently in the last bits.
 """
 
 from __future__ import annotations
@@ -95,14 +96,10 @@ class LlamaStep:
         value = attn.v_proj(hidden).view(shape).transpose(1, 2)
         query, key = self._rotate(query, key, cos, sin)
         key, value = self.cache.write(index, key, value)
-        groups = self.heads // self.kv_heads
-        if mask is None:
-            out = F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=self.scaling, enable_gqa=groups > 1)
-        else:
-            if groups > 1:
-                key = key.repeat_interleave(groups, dim=1)
-                value = value.repeat_interleave(groups, dim=1)
-            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scaling)
+        # Grouped-query attention without copies of the cache per group (transformers copies it for a masked step).
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, is_causal=causal, scale=self.scaling, enable_gqa=self.heads > self.kv_heads
+        )
         return attn.o_proj(out.transpose(1, 2).reshape(1, q, -1))
 
     def keep(self, past: int, step_size: int, sources: list[int]) -> None:
