@@ -174,7 +174,6 @@ class ChatController(QObject):
         """Send ``text`` as the next user message."""
         if self.busy or not text.strip():
             return
-        index = len(self._ids)
         try:
             if self.current_id is None:
                 self.current_id = self.store.create_conversation(title_from(text), self.system_prompt).id
@@ -184,7 +183,8 @@ class ChatController(QObject):
             self.error.emit(str(err))
             return
         self.composer.box.clear()
-        self._answer(user.id, index)
+        self._show(user)
+        self._answer(user.id, len(self._ids))
         self.conversations_changed.emit()
 
     def edit(self, index: int, text: str) -> None:
@@ -266,15 +266,20 @@ class ChatController(QObject):
     # --- generation -------------------------------------------------------------------------------
 
     def _answer(self, parent_id: int | None, index: int) -> None:
-        """Add an empty answer after message ``parent_id``, show the active branch from view position
-        ``index`` on, and generate the answer."""
+        """Add an empty answer after message ``parent_id`` and generate it; the view changes from position
+        ``index`` on (re-read from the history when that is before its end: a new branch)."""
         assert self.current_id is not None
         try:
             stored = self.store.add_message(self.current_id, "assistant", "", parent_id=parent_id, status="generating")
         except HistoryError as err:
             self.error.emit(str(err))
             stored = None
-        if self._reshow(index) and stored is not None:
+        if index < len(self._ids):
+            if not self._reshow(index):
+                return
+        elif stored is not None:
+            self._show(stored)
+        if stored is not None:
             self._start(stored.id, "")
 
     def _start(self, message_id: int, prefix: str) -> None:

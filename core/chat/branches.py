@@ -1,13 +1,13 @@
 """A conversation as a tree of branches: the active path, and each message's siblings.
 
-Editing a message or regenerating an answer adds a sibling instead of replacing it; each message
-records whether it is the chosen one among its siblings, so every branch stays reachable and
-switching back to one shows the continuation that was chosen in it before.
+Editing a message or regenerating an answer adds a sibling instead of replacing it, so every
+branch stays reachable, and switching back to one shows the continuation that was chosen in it before. Each message carries a
+rank: among siblings, the one with the highest rank (the most recently chosen or added) is shown.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Generic, Protocol, TypeVar
 
 
@@ -23,15 +23,15 @@ M = TypeVar("M", bound=Node)
 
 
 class Branches(Generic[M]):
-    """The messages of one conversation (any order) and which are chosen among their siblings.
+    """The messages of one conversation (any order) and their ranks (missing: 0).
 
     A message whose parent is missing or not older than itself (a damaged file) counts as a first
-    message, so its text stays reachable. Where no sibling is chosen, the newest one is.
+    message, so its text stays reachable. Among siblings of equal rank, the newest is shown.
     """
 
-    def __init__(self, messages: Iterable[M], chosen: Iterable[int]) -> None:
+    def __init__(self, messages: Iterable[M], rank: Mapping[int, int]) -> None:
         self.by_id: dict[int, M] = {m.id: m for m in sorted(messages, key=lambda m: m.id)}
-        self._chosen = set(chosen)
+        self._rank = rank
         self._parent: dict[int, int | None] = {}
         self._children: dict[int | None, list[int]] = {}
         for message in self.by_id.values():
@@ -55,7 +55,6 @@ class Branches(Generic[M]):
         path: list[M] = []
         parent: int | None = None
         while children := self._children.get(parent):
-            chosen = [c for c in children if c in self._chosen]
-            parent = chosen[-1] if chosen else children[-1]
+            parent = max(children, key=lambda c: (self._rank.get(c, 0), c))
             path.append(self.by_id[parent])
         return path

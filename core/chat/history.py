@@ -1,7 +1,7 @@
 """Chat history in SQLite (WAL): conversations and messages, schema migrations, export.
 
 Messages form a tree (core.chat.branches): an edited message or a regenerated answer is a new
-sibling, and each message records whether it is the chosen one among its siblings. Each
+sibling, and ``chosen`` ranks siblings (the highest, the latest chosen or added, is shown). Each
 conversation keeps its own system prompt (none recorded: the default from Settings).
 
 The answer being generated is stored with status ``generating`` and rewritten as it grows; a
@@ -59,7 +59,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     """
     ALTER TABLE messages ADD COLUMN parent_id INTEGER;
-    ALTER TABLE messages ADD COLUMN chosen INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE messages ADD COLUMN chosen INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE conversations ADD COLUMN system_prompt TEXT;
     UPDATE messages SET parent_id = (
         SELECT MAX(earlier.id) FROM messages AS earlier
@@ -71,6 +71,9 @@ SCHEMA_VERSION = len(MIGRATIONS)
 AT_END = -1  # add_message's default parent: the last message of the conversation's active branch
 CONVERSATION_COLUMNS = "id, title, created, updated, system_prompt"
 MESSAGE_COLUMNS = "id, conversation_id, role, content, created, status, mode, stats, parent_id"
+# A rank above every other of the message's conversation (parameter: the message's id).
+NEXT_RANK = ("(SELECT COALESCE(MAX(chosen), 0) + 1 FROM messages WHERE conversation_id = "
+             "(SELECT conversation_id FROM messages WHERE id = ?))")
 
 
 class HistoryError(Exception):
@@ -218,15 +221,11 @@ class HistoryStore:
             f"SELECT {MESSAGE_COLUMNS}, chosen FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
         )
         messages = [StoredMessage(*row[:7], _load_stats(row[7]), row[8]) for row in rows]
-        return Branches(messages, (row[0] for row in rows if row[9]))
+        return Branches(messages, {row[0]: row[9] for row in rows})
 
     def choose(self, message_id: int) -> None:
-        """Make a message the chosen one among its siblings (switch to its branch)."""
-        self._write(
-            "UPDATE messages SET chosen = (id = ?) WHERE conversation_id = (SELECT conversation_id FROM messages WHERE id = ?) "
-            "AND parent_id IS (SELECT parent_id FROM messages WHERE id = ?)",
-            (message_id, message_id, message_id),
-        )
+        """Make a message the shown one among its siblings (switch to its branch)."""
+        self._write(f"UPDATE messages SET chosen = {NEXT_RANK} WHERE id = ?", (message_id, message_id))
 
     def add_message(
         self,
@@ -239,7 +238,7 @@ class HistoryStore:
         mode: str | None = None,
         stats: dict[str, Any] | None = None,
     ) -> StoredMessage:
-        """Add a message after ``parent_id`` (by default at the end of the active branch) as the chosen
+        """Add a message after ``parent_id`` (by default at the end of the active branch) as the shown
         one among its siblings, and mark the conversation as updated."""
         now = time.time()
         with self._transaction():
@@ -248,12 +247,8 @@ class HistoryStore:
                 parent_id = path[-1].id if path else None
             cur = self._conn.execute(
                 "INSERT INTO messages (conversation_id, role, content, created, status, mode, stats, parent_id, chosen) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                (conversation_id, role, content, now, _status(status), mode, _dump(stats), parent_id),
-            )
-            self._conn.execute(
-                "UPDATE messages SET chosen = 0 WHERE conversation_id = ? AND parent_id IS ? AND id != ?",
-                (conversation_id, parent_id, cur.lastrowid),
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(chosen), 0) + 1 FROM messages WHERE conversation_id = ?))",
+                (conversation_id, role, content, now, _status(status), mode, _dump(stats), parent_id, conversation_id),
             )
             self._conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
         return StoredMessage(int(cur.lastrowid), conversation_id, role, content, now, status, mode, stats, parent_id)
