@@ -178,6 +178,7 @@ class ChatController(QObject):
             if self.current_id is None:
                 self.current_id = self.store.create_conversation(title_from(text), self.system_prompt).id
                 self.own_system_prompt = self.system_prompt
+                self.system_prompt_changed.emit()  # the chat's own copy from now on
             user = self.store.add_message(self.current_id, "user", text, parent_id=self._ids[-1] if self._ids else None)
         except HistoryError as err:
             self.error.emit(str(err))

@@ -89,12 +89,10 @@ class ChatView(QScrollArea):
             widget.continue_button.setVisible(answer and i == len(self._messages) - 1 and widget.continuable)
             widget.lock_branch(busy)
 
-    def cancel_edits(self) -> bool:
-        """Close every open message editor; True if there was one."""
-        editing = [widget for widget in self._messages if widget.editing]
-        for widget in editing:
+    def cancel_edits(self) -> None:
+        """Close every open message editor."""
+        for widget in self._messages:
             widget.cancel_edit()
-        return bool(editing)
 
     def scroll_to_bottom(self) -> None:
         self._follow = True

@@ -135,8 +135,10 @@ def test_each_chat_has_its_own_system_prompt(tiny_settings, open_window, ui, app
     window = open_window()
     requests = record_requests(window)
     assert "Default prompt." in window.system_prompt_bar.label.text()
+    assert "(the default from Settings)" in window.system_prompt_bar.label.text()
     ui.send(window, "hello")
     assert prompt_texts(requests[-1])[0] == ("system", "Default prompt.")  # a new chat starts from the default
+    assert window.system_prompt_bar.label.text() == "System prompt: Default prompt."  # its own copy now
     first = window.chat.current_id
 
     window.new_chat()
