@@ -1,5 +1,7 @@
-"""The chat's behaviour: send, stop, regenerate, continue, edit and resend, streaming into the view and the history.
+"""The chat's behaviour: send, stop, regenerate, continue, edit, switch branches, streaming into the view and the history.
 
+Editing a message or regenerating an answer starts a new branch from there; the old one stays
+reachable through the message's arrows (core.chat.branches). Each chat has its own system prompt.
 The growing answer is saved about once a second; an answer that ends early is marked stopped (the
 user pressed Stop), truncated (it reached the token limit) or interrupted (an error, or the app
 closed mid-answer). Continue extends such an answer in place.
@@ -73,6 +75,7 @@ class ChatController(QObject):
 
     busy_changed = Signal(bool)
     conversations_changed = Signal()
+    system_prompt_changed = Signal()
     error = Signal(str)  # shown in the window's notice bar
     answer_done = Signal(object)  # AnswerOutcome
 
@@ -92,6 +95,7 @@ class ChatController(QObject):
         self.composer = composer
         self.settings = settings
         self.current_id: int | None = None
+        self.own_system_prompt: str | None = None  # the current chat's; None: the default from Settings
         self.live: LiveAnswer | None = None
         self._ids: list[int] = []  # message ids of the view's widgets, in order
         self._unsaved: tuple[int, str, str, AnswerOutcome] | None = None
@@ -103,9 +107,10 @@ class ChatController(QObject):
         worker.answer_finished.connect(self._finished, queued)
         composer.send_requested.connect(self.send)
         composer.stop_requested.connect(self.stop)
-        view.edit_requested.connect(self.edit_last)
+        view.edit_submitted.connect(self.edit)
         view.regenerate_requested.connect(self.regenerate)
         view.continue_requested.connect(self.continue_answer)
+        view.branch_requested.connect(self.switch_branch)
 
     @property
     def busy(self) -> bool:
@@ -114,21 +119,38 @@ class ChatController(QObject):
     # --- conversations ----------------------------------------------------------------------------
 
     def open(self, conversation_id: int | None) -> None:
-        """Show a conversation (None: an empty new chat)."""
-        self.composer.cancel_edit()
+        """Show a conversation's active branch (None: an empty new chat)."""
         self.current_id = conversation_id
+        self.own_system_prompt = None
         self.view.clear()
         self._ids = []
-        if conversation_id is None:
-            return
-        try:
-            messages = self.store.messages(conversation_id)
-        except HistoryError as err:
-            self.error.emit(str(err))
-            return
-        for message in messages:
-            self._show(message)
-        self.view.scroll_to_bottom()
+        if conversation_id is not None:
+            try:
+                conversation = self.store.conversation(conversation_id)
+            except HistoryError as err:
+                self.error.emit(str(err))
+                conversation = None
+            self.own_system_prompt = conversation.system_prompt if conversation is not None else None
+            self._reshow(0)
+            self.view.scroll_to_bottom()
+        self.system_prompt_changed.emit()
+
+    @property
+    def system_prompt(self) -> str:
+        """The current chat's system prompt ("" for none)."""
+        return self.settings().system_prompt if self.own_system_prompt is None else self.own_system_prompt
+
+    def set_system_prompt(self, text: str | None) -> None:
+        """Give the current chat its own system prompt (None: the default from Settings); a new chat keeps
+        it until its first message creates it."""
+        if self.current_id is not None:
+            try:
+                self.store.set_system_prompt(self.current_id, text)
+            except HistoryError as err:
+                self.error.emit(str(err))
+                return
+        self.own_system_prompt = text
+        self.system_prompt_changed.emit()
 
     def delete(self, conversation_id: int) -> bool:
         """Delete a conversation (not while it is generating); True when deleted."""
@@ -149,23 +171,54 @@ class ChatController(QObject):
     # --- user actions -----------------------------------------------------------------------------
 
     def send(self, text: str) -> None:
-        """Send ``text`` as the next user message (replacing the last one when editing)."""
+        """Send ``text`` as the next user message."""
         if self.busy or not text.strip():
             return
         try:
-            if self.composer.editing:
-                self._drop_from(self._last_index("user"))
-                self.composer.end_edit()
             if self.current_id is None:
-                self.current_id = self.store.create_conversation(title_from(text)).id
-            user = self.store.add_message(self.current_id, "user", text)
+                self.current_id = self.store.create_conversation(title_from(text), self.system_prompt).id
+                self.own_system_prompt = self.system_prompt
+                self.system_prompt_changed.emit()  # the chat's own copy from now on
+            user = self.store.add_message(self.current_id, "user", text, parent_id=self._ids[-1] if self._ids else None)
         except HistoryError as err:
             self.error.emit(str(err))
             return
         self.composer.box.clear()
         self._show(user)
-        self._answer()
+        self._answer(user.id, len(self._ids))
         self.conversations_changed.emit()
+
+    def edit(self, index: int, text: str) -> None:
+        """Send ``text`` in place of user message ``index`` as a new branch from there, and answer it."""
+        if self.busy:
+            self.error.emit("An answer is being generated: press Stop (Esc) first, then save your edit.")
+            return
+        if self.current_id is None or not text.strip() or self.view.messages[index].role != "user":
+            return
+        try:
+            user = self.store.add_message(self.current_id, "user", text, parent_id=self._parent_of(index))
+        except HistoryError as err:
+            self.error.emit(str(err))
+            return
+        self.worker.forget(self.current_id)
+        self._answer(user.id, index)
+        self.conversations_changed.emit()
+
+    def switch_branch(self, index: int, step: int) -> None:
+        """Show the previous (``step`` -1) or next (+1) version of message ``index``, with its branch's continuation."""
+        if self.busy or self.current_id is None:
+            return
+        try:
+            siblings = self.store.branches(self.current_id).siblings(self._ids[index])
+            position = siblings.index(self._ids[index]) + step
+            if not 0 <= position < len(siblings):
+                return
+            self.store.choose(siblings[position])
+        except HistoryError as err:
+            self.error.emit(str(err))
+            return
+        self.worker.forget(self.current_id)
+        self._reshow(index)
 
     def stop(self) -> None:
         """Stop the answer: the worker ends it within one decoding step; one still queued behind
@@ -177,17 +230,13 @@ class ChatController(QObject):
         if live.start is None:  # not started: nothing was generated; the worker will skip it
             self._finished(live.job_id, AnswerOutcome("", "cancelled", None))
 
-    def regenerate(self) -> None:
-        """Replace the last answer with a new one."""
-        index = self._last_index("assistant")
-        if self.busy or index < 0 or index != len(self._ids) - 1:
+    def regenerate(self, index: int | None = None) -> None:
+        """Generate answer ``index`` (by default the last) again, as a new branch beside the old one."""
+        index = self._last_index("assistant") if index is None else index
+        if self.busy or index < 0 or self.view.messages[index].role != "assistant":
             return
-        try:
-            self._drop_from(index)
-        except HistoryError as err:
-            self.error.emit(str(err))
-            return
-        self._answer()
+        self.worker.forget(self.current_id)
+        self._answer(self._parent_of(index), index)
 
     def continue_answer(self) -> None:
         """Extend the last answer from where it was cut off: the same message grows, and is saved as it does."""
@@ -202,11 +251,13 @@ class ChatController(QObject):
         self._start(self._ids[index], widget.text)
 
     def edit_last(self) -> None:
-        """Put the last user message into the composer; Send replaces it and what followed."""
+        """Open the editor of the last user message."""
         index = self._last_index("user")
         if self.busy or index < 0:
             return
-        self.composer.begin_edit(self.view.messages[index].text)
+        widget = self.view.messages[index]
+        widget.begin_edit()
+        self.view.ensureWidgetVisible(widget)
 
     def copy_last_answer(self) -> None:
         index = self._last_index("assistant")
@@ -215,23 +266,29 @@ class ChatController(QObject):
 
     # --- generation -------------------------------------------------------------------------------
 
-    def _answer(self) -> None:
+    def _answer(self, parent_id: int | None, index: int) -> None:
+        """Add an empty answer after message ``parent_id`` and generate it; the view changes from position
+        ``index`` on (re-read from the history when that is before its end: a new branch)."""
         assert self.current_id is not None
         try:
-            stored = self.store.add_message(self.current_id, "assistant", "", status="generating")
+            stored = self.store.add_message(self.current_id, "assistant", "", parent_id=parent_id, status="generating")
         except HistoryError as err:
             self.error.emit(str(err))
-            return
-        widget = self._show(stored)
-        widget.set_status("generating")
-        self._start(stored.id, "")
+            stored = None
+        if index < len(self._ids):
+            if not self._reshow(index):
+                return
+        elif stored is not None:
+            self._show(stored)
+        if stored is not None:
+            self._start(stored.id, "")
 
     def _start(self, message_id: int, prefix: str) -> None:
         """Generate into stored message ``message_id``, which holds ``prefix`` (the model continues it)."""
         assert self.current_id is not None
         settings = self.settings()
-        history = [Message(m.role, m.text) for m in self.view.messages if m.text or m.role == "user"]  # no re-read of the history
-        messages = ([Message("system", settings.system_prompt)] if settings.system_prompt else []) + history
+        history = [Message(m.role, m.text) for m in self.view.messages if m.text or m.role == "user"]  # the active branch
+        messages = ([Message("system", self.system_prompt)] if self.system_prompt else []) + history
         token = CancelToken()
         self.live = LiveAnswer(self.current_id, message_id, token, prefix=prefix, text=prefix, saved_text=prefix)
         self.live.job_id = self.worker.generate(
@@ -359,12 +416,25 @@ class ChatController(QObject):
                 widget.set_note(context_note(self.live.start))
         return widget
 
+    def _reshow(self, index: int) -> bool:
+        """Show the active branch from view position ``index`` on (the tree changed there), and every
+        message's branch arrows; False when the history could not be read."""
+        assert self.current_id is not None
+        try:
+            branches = self.store.branches(self.current_id)
+        except HistoryError as err:
+            self.error.emit(str(err))
+            return False
+        del self._ids[index:]
+        self.view.remove_from(index)
+        for message in branches.path[index:]:
+            self._show(message)
+        for message_id, widget in zip(self._ids, self.view.messages):
+            widget.set_branch(*branches.position(message_id))
+        return True
+
     def _last_index(self, role: str) -> int:
         return max((i for i, m in enumerate(self.view.messages) if m.role == role), default=-1)
 
-    def _drop_from(self, index: int) -> None:
-        """Delete message ``index`` and all after it, from the history and the view."""
-        self.store.delete_messages_from(self._ids[index])
-        self.worker.forget(self.current_id)
-        del self._ids[index:]
-        self.view.remove_from(index)
+    def _parent_of(self, index: int) -> int | None:
+        return self._ids[index - 1] if index > 0 else None

@@ -10,11 +10,13 @@ from app.message_widget import MessageWidget
 
 
 class ChatView(QScrollArea):
-    """Message widgets top to bottom; Edit sits on the last user message, Regenerate on the last answer."""
+    """Message widgets top to bottom; Edit sits on every user message, Regenerate on every answer,
+    Continue on the last one when it was cut off. Signals carry the message's index in the view."""
 
-    edit_requested = Signal()
-    regenerate_requested = Signal()
+    edit_submitted = Signal(int, str)
+    regenerate_requested = Signal(int)
     continue_requested = Signal()
+    branch_requested = Signal(int, int)  # index, -1 or +1
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -59,9 +61,10 @@ class ChatView(QScrollArea):
         widget = MessageWidget(role, self.renderer)
         widget.set_text(text)
         widget.set_status(status)
-        widget.edit_requested.connect(self.edit_requested)
-        widget.regenerate_requested.connect(self.regenerate_requested)
+        widget.edit_submitted.connect(lambda text: self.edit_submitted.emit(self._index(widget), text))
+        widget.regenerate_requested.connect(lambda: self.regenerate_requested.emit(self._index(widget)))
         widget.continue_requested.connect(self.continue_requested)
+        widget.branch_requested.connect(lambda step: self.branch_requested.emit(self._index(widget), step))
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._messages.append(widget)
         self.placeholder.setVisible(False)
@@ -77,18 +80,26 @@ class ChatView(QScrollArea):
         self.set_busy(self._busy)
 
     def set_busy(self, busy: bool) -> None:
-        """Hide Edit, Regenerate and Continue while an answer is being generated."""
+        """Hide Edit, Regenerate and Continue, and disable the branch arrows, while an answer is being generated."""
         self._busy = busy
-        last_user = max((i for i, m in enumerate(self._messages) if m.role == "user"), default=-1)
         for i, widget in enumerate(self._messages):
-            widget.edit_button.setVisible(not busy and i == last_user)
-            last_answer = not busy and widget.role == "assistant" and i == len(self._messages) - 1
-            widget.regenerate_button.setVisible(last_answer)
-            widget.continue_button.setVisible(last_answer and widget.continuable)
+            widget.edit_button.setVisible(not busy and widget.role == "user")
+            answer = not busy and widget.role == "assistant"
+            widget.regenerate_button.setVisible(answer)
+            widget.continue_button.setVisible(answer and i == len(self._messages) - 1 and widget.continuable)
+            widget.lock_branch(busy)
+
+    def cancel_edits(self) -> None:
+        """Close every open message editor."""
+        for widget in self._messages:
+            widget.cancel_edit()
 
     def scroll_to_bottom(self) -> None:
         self._follow = True
         QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+
+    def _index(self, widget: MessageWidget) -> int:
+        return self._messages.index(widget)
 
     def _discard(self, widgets: list[MessageWidget]) -> None:
         """Take widgets out of the view now (deleteLater alone waits for the event loop)."""

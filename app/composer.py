@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QPushButton, QVBoxLayout, QLabel, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QPushButton, QWidget
 
 
 class MessageBox(QPlainTextEdit):
@@ -20,11 +20,10 @@ class MessageBox(QPlainTextEdit):
 
 
 class Composer(QWidget):
-    """Input box, Send/Stop button and the 'editing your last message' hint."""
+    """Input box and the Send/Stop button."""
 
     send_requested = Signal(str)
     stop_requested = Signal()
-    edit_cancelled = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -35,20 +34,11 @@ class Composer(QWidget):
         self.button = QPushButton("Send", objectName="sendButton")
         self.button.setMinimumWidth(88)
         self.button.clicked.connect(self._clicked)
-        self.edit_hint = QLabel("Editing your last message: Send replaces it and the answer after it (Esc cancels).")
-        self.edit_hint.setVisible(False)
-        row = QHBoxLayout()
+        row = QHBoxLayout(self)
+        row.setContentsMargins(16, 4, 16, 12)
         row.addWidget(self.box, 1)
         row.addWidget(self.button, 0, Qt.AlignmentFlag.AlignBottom)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(16, 4, 16, 12)
-        layout.addWidget(self.edit_hint)
-        layout.addLayout(row)
         self._busy = False
-
-    @property
-    def editing(self) -> bool:
-        return self.edit_hint.isVisible()
 
     def set_busy(self, busy: bool) -> None:
         """Send becomes Stop while an answer is being generated."""
@@ -57,21 +47,6 @@ class Composer(QWidget):
         self.button.setToolTip("Stop the answer (Esc)" if busy else "Send the message (Enter)")
         self.button.setProperty("stop", busy)
         self.button.style().polish(self.button)
-
-    def begin_edit(self, text: str) -> None:
-        self.box.setPlainText(text)
-        self.edit_hint.setVisible(True)
-        self.box.setFocus()
-        self.box.moveCursor(self.box.textCursor().MoveOperation.End)
-
-    def cancel_edit(self) -> None:
-        if self.editing:
-            self.edit_hint.setVisible(False)
-            self.box.clear()
-            self.edit_cancelled.emit()
-
-    def end_edit(self) -> None:
-        self.edit_hint.setVisible(False)
 
     def submit(self) -> None:
         """Send the text (ignored while busy or empty)."""

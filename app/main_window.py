@@ -37,15 +37,18 @@ from app.history_list import HistoryList
 from app.jobs import AnswerOutcome, ModelInfo
 from app.mode_controls import ModeControls
 from app.notices import LoadPanel, NoticeBar
+from app.preset_controls import PresetControls
 from app.settings_dialog import SettingsDialog
 from app.shortcuts import SHORTCUTS
 from app.status_bar import FiguresBar
+from app.system_prompt import SystemPromptBar, SystemPromptDialog
 from app.theme import apply_theme
 from app.worker import ModelWorker
 from core.atomic import write_text_atomic
 from core.chat.history import HistoryError, open_history
 from core.paths import AppPaths, resource_path
-from core.settings import LookaheadSettings, Settings, SettingsStore
+from core.presets import Preset, PresetStore
+from core.settings import LookaheadSettings, SamplingSettings, Settings, SettingsStore
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,7 @@ class MainWindow(QMainWindow):
         self.settings_store = SettingsStore(paths.config_dir)
         loaded = self.settings_store.load()
         self.settings: Settings = loaded.settings
+        presets = PresetStore(paths.config_dir).load()
         self.model: ModelInfo | None = None
         self.last_outcome: AnswerOutcome | None = None
         self._load_token = None
@@ -73,11 +77,12 @@ class MainWindow(QMainWindow):
         if store_problem:
             log.error("chat history: %s", store_problem)
 
-        self._build_toolbar()
+        self._build_toolbar(presets.user)
         self.history = HistoryList()
         self.notice = NoticeBar()
         self.load_panel = LoadPanel()
         self.chat_view = ChatView()
+        self.system_prompt_bar = SystemPromptBar()
         self.composer = Composer()
         self.chat_page = QWidget(objectName="chatPage")
         chat_layout = QVBoxLayout(self.chat_page)
@@ -85,6 +90,7 @@ class MainWindow(QMainWindow):
         chat_layout.setSpacing(4)
         chat_layout.addWidget(self.notice)
         chat_layout.addWidget(self.load_panel)
+        chat_layout.addWidget(self.system_prompt_bar)
         chat_layout.addWidget(self.chat_view, 1)
         chat_layout.addWidget(self.composer)
         self.pages = QStackedWidget()
@@ -105,7 +111,8 @@ class MainWindow(QMainWindow):
         self._figures_timer.timeout.connect(self._update_figures)
         self.apply_theme()
         self.refresh_conversations()
-        for problem in (loaded.problem, store_problem):
+        self._show_system_prompt()
+        for problem in (loaded.problem, presets.problem, store_problem):
             if problem:
                 self.notice.show_message(problem, "error", lasting=True)
         self.compare_page = install_compare(self)
@@ -113,7 +120,7 @@ class MainWindow(QMainWindow):
 
     # --- construction -----------------------------------------------------------------------------
 
-    def _build_toolbar(self) -> None:
+    def _build_toolbar(self, user_presets: tuple[Preset, ...]) -> None:
         self.toolbar = QToolBar("Main", movable=False, objectName="mainToolbar")
         self.toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         self.addToolBar(self.toolbar)
@@ -126,6 +133,9 @@ class MainWindow(QMainWindow):
         self.toolbar.addSeparator()
         self.mode_controls = ModeControls(self.settings.mode, self.settings.lookahead)
         self.toolbar.addWidget(self.mode_controls)
+        self.toolbar.addSeparator()
+        self.preset_controls = PresetControls(PresetStore(self.paths.config_dir), user_presets, self.settings.sampling)
+        self.toolbar.addWidget(self.preset_controls)
         spacer = QWidget()
         spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         self.toolbar.addWidget(spacer)
@@ -158,6 +168,10 @@ class MainWindow(QMainWindow):
         self.chat.error.connect(self.show_error)
         self.chat.busy_changed.connect(self._busy_changed)
         self.chat.answer_done.connect(self._answer_done)
+        self.chat.system_prompt_changed.connect(self._show_system_prompt)
+        self.system_prompt_bar.edit_requested.connect(self.edit_system_prompt)
+        self.preset_controls.chosen.connect(self.set_sampling)
+        self.preset_controls.error.connect(self.show_error)
         self.mode_controls.mode_changed.connect(self.set_mode)
         self.mode_controls.lookahead_changed.connect(self.set_lookahead)
 
@@ -249,6 +263,13 @@ class MainWindow(QMainWindow):
             self.apply_theme()
         self.mode_controls.set_mode(new.mode)
         self.mode_controls.editor.set_settings(new.lookahead)
+        self.preset_controls.show_sampling(new.sampling)
+        self._show_system_prompt()
+
+    def set_sampling(self, sampling: SamplingSettings) -> None:
+        """Sampling settings from a preset, for the next answer."""
+        self.settings = replace(self.settings, sampling=sampling)
+        self._save_settings()
 
     def set_mode(self, mode: str) -> None:
         """Plain or lookahead, for the next answer."""
@@ -286,6 +307,15 @@ class MainWindow(QMainWindow):
         self.history.list.clearSelection()
         self.history.list.setCurrentItem(None)
         self.composer.box.setFocus()
+
+    def edit_system_prompt(self) -> None:
+        """Ask for the current chat's system prompt."""
+        dialog = SystemPromptDialog(self.chat.own_system_prompt, self.settings.system_prompt, self)
+        if dialog.exec():
+            self.chat.set_system_prompt(dialog.result_prompt())
+
+    def _show_system_prompt(self) -> None:
+        self.system_prompt_bar.show_prompt(self.chat.system_prompt, self.chat.own_system_prompt is not None)
 
     def rename_conversation(self, conversation_id: int) -> None:
         conv = self.store.conversation(conversation_id)
@@ -374,7 +404,7 @@ class MainWindow(QMainWindow):
         if self.chat.busy:
             self.chat.stop()
         else:
-            self.composer.cancel_edit()
+            self.chat_view.cancel_edits()
 
     def _focus_search(self) -> None:
         self.sidebar_action.setChecked(True)

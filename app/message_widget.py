@@ -1,11 +1,23 @@
-"""One chat message: speaker, Markdown body (rendered incrementally as it streams), actions and figures."""
+"""One chat message: speaker, Markdown body (rendered incrementally as it streams), actions, branch arrows,
+figures, and the in-place editor of a user message."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.composer import MessageBox
 from app.markdown import COPY_SCHEME, MarkdownRenderer
 
 RENDER_DELAY_MS = 100  # streamed text is re-rendered at most 10 times a second
@@ -76,12 +88,48 @@ class MessageText(QTextBrowser):
         return QSize(400, int(self.document().size().height()) + 4)
 
 
-class MessageWidget(QFrame):
-    """Shows one message; ``append`` adds streamed text and re-renders on a short timer."""
+class MessageEditor(QWidget):
+    """A user message's text in an edit box, with Save (Enter) and Cancel (Esc)."""
 
-    edit_requested = Signal()
+    saved = Signal(str)
+    cancelled = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.box = MessageBox(objectName="composer")
+        self.box.setFixedHeight(84)
+        self.box.submitted.connect(self.save)
+        self.save_button = QPushButton("Save and regenerate")
+        self.save_button.setToolTip("Send the edited message as a new branch; the old one stays reachable (Enter)")
+        self.save_button.clicked.connect(self.save)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Keep the message as it was (Esc)")
+        self.cancel_button.clicked.connect(self.cancelled)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.save_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.box)
+        layout.addLayout(buttons)
+
+    def save(self) -> None:
+        text = self.box.toPlainText().strip()
+        if text:
+            self.saved.emit(text)
+
+
+class MessageWidget(QFrame):
+    """Shows one message; ``append`` adds streamed text and re-renders on a short timer.
+
+    A message with alternatives (an edited question, a regenerated answer) shows ``< 1/2 >`` arrows.
+    """
+
+    edit_submitted = Signal(str)
     regenerate_requested = Signal()
     continue_requested = Signal()
+    branch_requested = Signal(int)  # -1: the previous alternative, +1: the next
 
     def __init__(self, role: str, renderer: MarkdownRenderer, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -95,17 +143,25 @@ class MessageWidget(QFrame):
         self.speaker = QLabel("You" if role == "user" else "Assistant", objectName="speaker")
         self.status = QLabel("", objectName="status")
         self.copy_button = self._action("Copy", "Copy this message as Markdown", self.copy_text)
-        self.edit_button = self._action("Edit", "Edit this message and send it again (Ctrl+E)", self.edit_requested.emit)
+        self.edit_button = self._action("Edit", "Edit this message and send it again as a new branch (Ctrl+E: the last one)",
+                                        self.begin_edit)
         self.regenerate_button = self._action("Regenerate", "Generate this answer again (Ctrl+R)", self.regenerate_requested.emit)
         self.continue_button = self._action("Continue", "Generate more of this answer, from where it was cut off",
                                             self.continue_requested.emit)
         for button in (self.edit_button, self.regenerate_button, self.continue_button):
             button.setVisible(False)
+        self.previous_button = self._action("‹", "The previous version of this message", lambda: self.branch_requested.emit(-1))
+        self.branch_label = QLabel("", objectName="status")
+        self.next_button = self._action("›", "The next version of this message", lambda: self.branch_requested.emit(1))
+        self.branch_arrows = (self.previous_button, self.branch_label, self.next_button)
+        self._branch, self._branch_locked = (0, 1), False
         header = QHBoxLayout()
         header.setContentsMargins(0, 0, 0, 0)
         header.addWidget(self.speaker)
         header.addWidget(self.status)
         header.addStretch(1)
+        for part in self.branch_arrows:
+            header.addWidget(part)
         for button in (self.edit_button, self.continue_button, self.regenerate_button, self.copy_button):
             header.addWidget(button)
 
@@ -126,6 +182,8 @@ class MessageWidget(QFrame):
         layout.addWidget(self.segments[0])
         layout.addWidget(self.figures)
         self._layout = layout
+        self.editor: MessageEditor | None = None
+        self._show_branch()
 
         self._render_timer = QTimer(self, singleShot=True, interval=RENDER_DELAY_MS)
         self._render_timer.timeout.connect(self._render_stream)
@@ -205,6 +263,52 @@ class MessageWidget(QFrame):
     def set_figures(self, summary: str) -> None:
         self.figures.setText(summary)
         self.figures.setVisible(bool(summary))
+
+    def set_branch(self, index: int, count: int) -> None:
+        """Show ``< index+1/count >`` when the message has alternatives."""
+        self._branch = (index, count)
+        self._show_branch()
+
+    def lock_branch(self, locked: bool) -> None:
+        """Disable the arrows (while an answer is being generated)."""
+        self._branch_locked = locked
+        self._show_branch()
+
+    def _show_branch(self) -> None:
+        index, count = self._branch
+        for part in self.branch_arrows:
+            part.setVisible(count > 1)
+        self.branch_label.setText(f"{index + 1}/{count}")
+        self.previous_button.setEnabled(not self._branch_locked and index > 0)
+        self.next_button.setEnabled(not self._branch_locked and index < count - 1)
+
+    @property
+    def editing(self) -> bool:
+        return self.editor is not None
+
+    def begin_edit(self) -> None:
+        """Replace the text by an edit box holding it; Save emits :attr:`edit_submitted`."""
+        if self.editor is None:
+            self.editor = MessageEditor(self)
+            self.editor.box.setPlainText(self._text)
+            self.editor.saved.connect(self.edit_submitted)
+            self.editor.cancelled.connect(self.cancel_edit)
+            self._layout.insertWidget(self._layout.indexOf(self.segments[0]), self.editor)
+            for segment in self.segments:
+                segment.hide()
+        self.editor.box.setFocus()
+        self.editor.box.moveCursor(self.editor.box.textCursor().MoveOperation.End)
+
+    def cancel_edit(self) -> None:
+        """Close the edit box; the message is shown as it was."""
+        if self.editor is None:
+            return
+        self._layout.removeWidget(self.editor)
+        self.editor.hide()
+        self.editor.deleteLater()
+        self.editor = None
+        for segment in self.segments:
+            segment.show()
 
     def copy_text(self) -> None:
         QGuiApplication.clipboard().setText(self._text)

@@ -149,7 +149,8 @@ class SettingsDialog(QDialog):
             self.theme.addItem({"system": "Follow the system"}.get(theme, theme.title()), theme)
         self.theme.setCurrentIndex(THEMES.index(settings.theme))
         form = QFormLayout(page)
-        form.addRow("System prompt", self.system_prompt)
+        form.addRow("Default system prompt", self.system_prompt)
+        form.addRow("", QLabel("New chats start with it; each chat can change its own above the messages.", enabled=False))
         form.addRow("Theme", self.theme)
         return page
 

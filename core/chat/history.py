@@ -1,5 +1,9 @@
 """Chat history in SQLite (WAL): conversations and messages, schema migrations, export.
 
+Messages form a tree (core.chat.branches): an edited message or a regenerated answer is a new
+sibling, and ``chosen`` ranks siblings (the highest, the latest chosen or added, is shown). Each
+conversation keeps its own system prompt (none recorded: the default from Settings).
+
 The answer being generated is stored with status ``generating`` and rewritten as it grows; a
 store opened after a crash marks such answers ``interrupted`` (one app instance per data folder,
 so an answer still being generated elsewhere is never mislabelled). :func:`open_history` sets a
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from core.aside import move_aside
+from core.chat.branches import Branches
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +57,23 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE messages ADD COLUMN stats TEXT;
     CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
     """,
+    """
+    ALTER TABLE messages ADD COLUMN parent_id INTEGER;
+    ALTER TABLE messages ADD COLUMN chosen INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE conversations ADD COLUMN system_prompt TEXT;
+    UPDATE messages SET parent_id = (
+        SELECT MAX(earlier.id) FROM messages AS earlier
+        WHERE earlier.conversation_id = messages.conversation_id AND earlier.id < messages.id
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+AT_END = -1  # add_message's default parent: the last message of the conversation's active branch
+CONVERSATION_COLUMNS = "id, title, created, updated, system_prompt"
+MESSAGE_COLUMNS = "id, conversation_id, role, content, created, status, mode, stats, parent_id"
+# A rank above every other of the message's conversation (parameter: the message's id).
+NEXT_RANK = ("(SELECT COALESCE(MAX(chosen), 0) + 1 FROM messages WHERE conversation_id = "
+             "(SELECT conversation_id FROM messages WHERE id = ?))")
 
 
 class HistoryError(Exception):
@@ -66,15 +86,21 @@ class HistoryDamaged(HistoryError):
 
 @dataclass(frozen=True)
 class Conversation:
+    """A chat; ``system_prompt`` None means the default system prompt from Settings."""
+
     id: int
     title: str
     created: float
     updated: float
+    system_prompt: str | None = None
 
 
 @dataclass(frozen=True)
 class StoredMessage:
-    """One message; assistant messages carry the mode that produced them and its figures."""
+    """One message; assistant messages carry the mode that produced them and its figures.
+
+    ``parent_id`` is the message it follows (None: the first message of a branch from the start).
+    """
 
     id: int
     conversation_id: int
@@ -84,6 +110,7 @@ class StoredMessage:
     status: str = "complete"
     mode: str | None = None
     stats: dict[str, Any] | None = field(default=None)
+    parent_id: int | None = None
 
 
 def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
@@ -152,7 +179,7 @@ class HistoryStore:
 
     def conversations(self, query: str = "") -> list[Conversation]:
         """Conversations, newest first; ``query`` filters by title or message text (case-insensitive)."""
-        sql = "SELECT id, title, created, updated FROM conversations"
+        sql = f"SELECT {CONVERSATION_COLUMNS} FROM conversations"
         args: tuple[Any, ...] = ()
         if query.strip():
             like = f"%{_escape_like(query.strip())}%"
@@ -165,13 +192,18 @@ class HistoryStore:
         return [Conversation(*row) for row in rows]
 
     def conversation(self, conversation_id: int) -> Conversation | None:
-        rows = self._read("SELECT id, title, created, updated FROM conversations WHERE id = ?", (conversation_id,))
+        rows = self._read(f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,))
         return Conversation(*rows[0]) if rows else None
 
-    def create_conversation(self, title: str) -> Conversation:
+    def create_conversation(self, title: str, system_prompt: str | None = None) -> Conversation:
         now = time.time()
-        cur = self._write("INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)", (title, now, now))
-        return Conversation(int(cur.lastrowid), title, now, now)
+        cur = self._write("INSERT INTO conversations (title, created, updated, system_prompt) VALUES (?, ?, ?, ?)",
+                          (title, now, now, system_prompt))
+        return Conversation(int(cur.lastrowid), title, now, now, system_prompt)
+
+    def set_system_prompt(self, conversation_id: int, system_prompt: str | None) -> None:
+        """The conversation's own system prompt ("" for none; None: the default from Settings)."""
+        self._write("UPDATE conversations SET system_prompt = ? WHERE id = ?", (system_prompt, conversation_id))
 
     def rename(self, conversation_id: int, title: str) -> None:
         self._write("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
@@ -180,12 +212,20 @@ class HistoryStore:
         self._write("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
+        """The messages of the conversation's active branch, in order."""
+        return self.branches(conversation_id).path
+
+    def branches(self, conversation_id: int) -> Branches[StoredMessage]:
+        """All messages of the conversation as a tree of branches."""
         rows = self._read(
-            "SELECT id, conversation_id, role, content, created, status, mode, stats FROM messages "
-            "WHERE conversation_id = ? ORDER BY id",
-            (conversation_id,),
+            f"SELECT {MESSAGE_COLUMNS}, chosen FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
         )
-        return [StoredMessage(*row[:7], _load_stats(row[7])) for row in rows]
+        messages = [StoredMessage(*row[:7], _load_stats(row[7]), row[8]) for row in rows]
+        return Branches(messages, {row[0]: row[9] for row in rows})
+
+    def choose(self, message_id: int) -> None:
+        """Make a message the shown one among its siblings (switch to its branch)."""
+        self._write(f"UPDATE messages SET chosen = {NEXT_RANK} WHERE id = ?", (message_id, message_id))
 
     def add_message(
         self,
@@ -193,20 +233,25 @@ class HistoryStore:
         role: str,
         content: str,
         *,
+        parent_id: int | None = AT_END,
         status: str = "complete",
         mode: str | None = None,
         stats: dict[str, Any] | None = None,
     ) -> StoredMessage:
-        """Append a message and mark the conversation as updated."""
+        """Add a message after ``parent_id`` (by default at the end of the active branch) as the shown
+        one among its siblings, and mark the conversation as updated."""
         now = time.time()
         with self._transaction():
+            if parent_id == AT_END:
+                path = self.branches(conversation_id).path
+                parent_id = path[-1].id if path else None
             cur = self._conn.execute(
-                "INSERT INTO messages (conversation_id, role, content, created, status, mode, stats) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, content, now, _status(status), mode, _dump(stats)),
+                "INSERT INTO messages (conversation_id, role, content, created, status, mode, stats, parent_id, chosen) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(chosen), 0) + 1 FROM messages WHERE conversation_id = ?))",
+                (conversation_id, role, content, now, _status(status), mode, _dump(stats), parent_id, conversation_id),
             )
             self._conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
-        return StoredMessage(int(cur.lastrowid), conversation_id, role, content, now, status, mode, stats)
+        return StoredMessage(int(cur.lastrowid), conversation_id, role, content, now, status, mode, stats, parent_id)
 
     def update_message(
         self,
@@ -225,33 +270,30 @@ class HistoryStore:
                 args.append(value)
         self._write(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id))
 
-    def delete_messages_from(self, message_id: int) -> None:
-        """Delete a message and every later message of its conversation (regenerate, edit)."""
-        self._write(
-            "DELETE FROM messages WHERE conversation_id = (SELECT conversation_id FROM messages WHERE id = ?) "
-            "AND id >= ?",
-            (message_id, message_id),
-        )
-
     def export_json(self, conversation_id: int) -> dict[str, Any]:
-        """The conversation as a JSON-ready dict (title, times, messages with modes and figures)."""
+        """The conversation as a JSON-ready dict: title, times, system prompt, the active branch's messages
+        (with modes and figures) and, under ``other_branches``, every other message (``parent_id`` links them)."""
         conv = self.conversation(conversation_id)
         if conv is None:
             raise HistoryError("That conversation no longer exists.")
+        branches = self.branches(conversation_id)
+        active = {m.id for m in branches.path}
+        others = [m for m in branches.by_id.values() if m.id not in active]
         return {
             "title": conv.title,
             "created": conv.created,
             "updated": conv.updated,
-            "messages": [
-                {"role": m.role, "content": m.content, "created": m.created, "status": m.status, "mode": m.mode, "stats": m.stats}
-                for m in self.messages(conversation_id)
-            ],
+            "system_prompt": conv.system_prompt,
+            "messages": [_message_json(m) for m in branches.path],
+            "other_branches": [_message_json(m) for m in others],
         }
 
     def export_markdown(self, conversation_id: int) -> str:
         """The conversation as Markdown: a heading, then each turn under its speaker."""
         data = self.export_json(conversation_id)
         parts = [f"# {data['title']}\n"]
+        if data["system_prompt"]:
+            parts.append(f"## System\n\n{data['system_prompt']}\n")
         for m in data["messages"]:
             note = ""
             if m["role"] == "assistant" and m["mode"]:
@@ -354,6 +396,11 @@ def _history_error(err: sqlite3.Error, path: Path) -> HistoryError:
             "Free some disk space; the text stays in the window and is saved when there is room again."
         )
     return HistoryError(f"The chat history ({path}) could not be used: {err}. Check that the folder is writable.")
+
+
+def _message_json(m: StoredMessage) -> dict[str, Any]:
+    return {"id": m.id, "parent_id": m.parent_id, "role": m.role, "content": m.content, "created": m.created,
+            "status": m.status, "mode": m.mode, "stats": m.stats}
 
 
 def _status(status: str) -> str:

@@ -1,4 +1,4 @@
-"""The main window end to end with the tiny model: stream, stop, regenerate, edit, modes."""
+"""The main window end to end with the tiny model: stream, stop, regenerate, modes (edits: test_chat_branches)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_stop_ends_the_answer_within_a_step(tiny_settings, open_window, ui) -> N
     assert window.chat_view.messages[-1].status.text() == "stopped"
 
 
-def test_regenerate_replaces_the_last_answer(tiny_settings, open_window, ui) -> None:
+def test_regenerate_keeps_the_old_answer_as_a_branch(tiny_settings, open_window, ui) -> None:
     tiny_settings()
     window = open_window()
     ui.send(window, "Hi")
@@ -42,26 +42,17 @@ def test_regenerate_replaces_the_last_answer(tiny_settings, open_window, ui) -> 
     assert window.chat_view.messages[-1].regenerate_button.isVisibleTo(window)
     window.chat_view.messages[-1].regenerate_button.click()
     assert window.chat.busy
+    assert not window.chat_view.messages[-1].regenerate_button.isVisibleTo(window)
     ui.wait_idle(window)
     messages = ui.stored(window)
     assert [m.role for m in messages] == ["user", "assistant"]
-    assert messages[-1].created > first.created and messages[-1].status == "truncated"
+    assert messages[-1].id != first.id and messages[-1].status == "truncated"
     assert len(window.chat_view.messages) == 2
-
-
-def test_edit_and_resend_replaces_the_last_turn(tiny_settings, open_window, ui) -> None:
-    tiny_settings()
-    window = open_window()
-    ui.send(window, "First question")
-    ui.send(window, "Second question")
-    window.chat_view.messages[-2].edit_button.click()
-    assert window.composer.editing
-    assert window.composer.box.toPlainText() == "Second question"
-    ui.send(window, "Second question, edited")
-    messages = ui.stored(window)
-    assert [m.content for m in messages if m.role == "user"] == ["First question", "Second question, edited"]
-    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
-    assert not window.composer.editing
+    assert window.chat_view.messages[-1].branch_label.text() == "2/2"
+    window.chat_view.messages[-1].previous_button.click()
+    assert ui.stored(window)[-1].id == first.id
+    assert window.chat_view.messages[-1].text == first.content
+    assert window.chat_view.messages[-1].branch_label.text() == "1/2"
 
 
 def test_mode_toggle_applies_to_the_next_answer_and_is_recorded(tiny_settings, open_window, ui) -> None:

@@ -47,15 +47,50 @@ def test_search_matches_title_and_text_and_rename_delete(store: HistoryStore) ->
     assert store.connection.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 0
 
 
-def test_delete_messages_from_keeps_earlier_turns(store: HistoryStore) -> None:
+def test_an_edit_is_a_new_branch_and_the_old_one_stays_reachable(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / HISTORY_FILE)
     conv = store.create_conversation("t")
-    first = store.add_message(conv.id, "user", "1")
-    store.add_message(conv.id, "assistant", "2")
-    third = store.add_message(conv.id, "user", "3")
+    q1 = store.add_message(conv.id, "user", "1")
+    a1 = store.add_message(conv.id, "assistant", "2")
+    q2 = store.add_message(conv.id, "user", "3")
     store.add_message(conv.id, "assistant", "4")
-    store.delete_messages_from(third.id)
-    assert [m.content for m in store.messages(conv.id)] == ["1", "2"]
-    assert store.messages(conv.id)[0].id == first.id
+    edited = store.add_message(conv.id, "user", "3, edited", parent_id=a1.id)
+    store.add_message(conv.id, "assistant", "4 again", parent_id=edited.id)
+    assert [m.content for m in store.messages(conv.id)] == ["1", "2", "3, edited", "4 again"]
+    branches = store.branches(conv.id)
+    assert branches.siblings(edited.id) == [q2.id, edited.id] and branches.position(edited.id) == (1, 2)
+    assert branches.position(q1.id) == (0, 1)
+    store.choose(q2.id)
+    assert [m.content for m in store.messages(conv.id)] == ["1", "2", "3", "4"]
+    store.close()
+    reopened = HistoryStore(tmp_path / HISTORY_FILE)  # the tree and the chosen branch are saved
+    assert [m.content for m in reopened.messages(conv.id)] == ["1", "2", "3", "4"]
+    reopened.add_message(conv.id, "user", "5")  # appended to the chosen branch
+    reopened.choose(edited.id)
+    assert [m.content for m in reopened.messages(conv.id)] == ["1", "2", "3, edited", "4 again"]
+    reopened.choose(q2.id)  # switching back shows the continuation chosen there before
+    assert [m.content for m in reopened.messages(conv.id)] == ["1", "2", "3", "4", "5"]
+    reopened.close()
+
+
+def test_regenerated_answers_are_siblings_and_a_first_message_can_branch(store: HistoryStore) -> None:
+    conv = store.create_conversation("t")
+    q = store.add_message(conv.id, "user", "q")
+    answers = [store.add_message(conv.id, "assistant", f"a{i}", parent_id=q.id) for i in range(3)]
+    assert [m.content for m in store.messages(conv.id)] == ["q", "a2"]
+    assert store.branches(conv.id).position(answers[0].id) == (0, 3)
+    other = store.add_message(conv.id, "user", "q, edited", parent_id=None)
+    assert [m.content for m in store.messages(conv.id)] == ["q, edited"]
+    assert store.branches(conv.id).siblings(other.id) == [q.id, other.id]
+
+
+def test_the_system_prompt_is_kept_per_conversation(store: HistoryStore) -> None:
+    plain = store.create_conversation("default prompt")
+    own = store.create_conversation("own prompt", system_prompt="Answer in French.")
+    assert plain.system_prompt is None and store.conversation(own.id).system_prompt == "Answer in French."
+    store.set_system_prompt(plain.id, "")
+    assert store.conversation(plain.id).system_prompt == ""  # none at all, not the default
+    assert {c.id: c.system_prompt for c in store.conversations()} == {plain.id: "", own.id: "Answer in French."}
 
 
 def test_answer_left_generating_is_marked_interrupted_on_reopen(tmp_path: Path) -> None:
@@ -86,6 +121,33 @@ def test_migration_from_version_1_keeps_data(tmp_path: Path) -> None:
     s.close()
 
 
+def test_migration_from_version_2_turns_each_chat_into_one_branch_and_keeps_every_text(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite3"
+    conn = sqlite3.connect(path, isolation_level=None)
+    migrate(conn, target=2)
+    conn.executescript(
+        """
+        INSERT INTO conversations (id, title, created, updated) VALUES (1, 'first', 1.0, 2.0), (2, 'second', 3.0, 4.0);
+        INSERT INTO messages (id, conversation_id, role, content, created) VALUES
+            (1, 1, 'user', 'hello', 1.0), (2, 2, 'user', 'other chat', 1.5), (3, 1, 'assistant', 'hi there', 2.0),
+            (4, 1, 'user', 'and now?', 2.5), (5, 2, 'assistant', 'sure', 3.0);
+        UPDATE messages SET status = 'truncated', mode = 'plain', stats = '{"new_tokens": 7}' WHERE id = 3;
+        """
+    )
+    conn.close()
+    s = HistoryStore(path)
+    assert s.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    first = s.messages(1)
+    assert [(m.id, m.parent_id, m.content) for m in first] == [(1, None, "hello"), (3, 1, "hi there"), (4, 3, "and now?")]
+    assert (first[1].status, first[1].mode, first[1].stats) == ("truncated", "plain", {"new_tokens": 7})
+    assert [(m.parent_id, m.content) for m in s.messages(2)] == [(None, "other chat"), (2, "sure")]
+    assert all(s.branches(c).position(m.id) == (0, 1) for c in (1, 2) for m in s.messages(c))
+    assert s.conversation(1).system_prompt is None  # old chats keep following the default from Settings
+    s.add_message(1, "user", "after the upgrade")
+    assert [m.content for m in s.messages(1)][-2:] == ["and now?", "after the upgrade"]
+    s.close()
+
+
 def test_newer_schema_is_refused_with_a_message(tmp_path: Path) -> None:
     path = tmp_path / "new.sqlite3"
     conn = sqlite3.connect(path)
@@ -106,6 +168,21 @@ def test_export_markdown_and_json(store: HistoryStore) -> None:
     assert "def fib(n)" in md
     data = json.loads(json.dumps(store.export_json(conv.id)))
     assert data["title"] == "Fib" and data["messages"][1]["mode"] == "plain"
+    assert data["other_branches"] == [] and data["system_prompt"] is None
+
+
+def test_export_shows_the_active_branch_and_keeps_the_others_in_json(store: HistoryStore) -> None:
+    conv = store.create_conversation("Branches", system_prompt="Be brief.")
+    q = store.add_message(conv.id, "user", "old question")
+    store.add_message(conv.id, "assistant", "old answer")
+    new = store.add_message(conv.id, "user", "new question", parent_id=None)
+    store.add_message(conv.id, "assistant", "new answer")
+    md = store.export_markdown(conv.id)
+    assert "## System\n\nBe brief." in md and "new answer" in md and "old" not in md
+    data = store.export_json(conv.id)
+    assert [m["content"] for m in data["messages"]] == ["new question", "new answer"]
+    assert [(m["content"], m["parent_id"]) for m in data["other_branches"]] == [("old question", None), ("old answer", q.id)]
+    assert data["messages"][1]["parent_id"] == new.id and data["system_prompt"] == "Be brief."
 
 
 def test_full_disk_raises_a_history_error_and_keeps_the_store_usable(store: HistoryStore) -> None:
