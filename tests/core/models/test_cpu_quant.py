@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from core.lookahead import Decoding, LookaheadConfig
-from core.models.cpu_quant import Int4WeightLinear, Int8WeightLinear, int4_group_size, quantize_model
+from core.models.cpu_quant import Int4WeightLinear, Int8WeightLinear, quantize_model
 from tests.conftest import make_model, tiny_llama_config
 
 
@@ -55,14 +55,17 @@ def test_bf16_activations_follow_the_model_dtype() -> None:
         torch.testing.assert_close(out.float(), linear(x).detach(), rtol=0.1, atol=0.1)
 
 
-def test_group_size_is_the_largest_that_divides() -> None:
-    assert [int4_group_size(k) for k in (576, 1536, 64, 48)] == [64, 128, 64, None]
+def test_int4_leaves_a_layer_it_cannot_group_in_float() -> None:
+    model = make_model(tiny_llama_config(256, hidden_size=48, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2))
+    assert quantize_model(model, 4) == 2 * 1  # only down_proj (input 96) groups by 32
+    assert isinstance(model.model.layers[0].mlp.down_proj, Int4WeightLinear)
+    assert isinstance(model.model.layers[0].self_attn.q_proj, nn.Linear)
 
 
 @pytest.mark.parametrize("bits", [8, 4])
 def test_quantize_model_replaces_linears_but_not_the_embedding(bits: int) -> None:
     model = make_model(tiny_llama_config(256))
-    replaced = quantize_model(model, bits)
+    replaced = quantize_model(model, bits, include_lm_head=True)
     kind = Int8WeightLinear if bits == 8 else Int4WeightLinear
     assert replaced == 2 * 7 + 1  # q k v o gate up down per layer, and the head
     assert isinstance(model.lm_head, kind)
@@ -70,10 +73,12 @@ def test_quantize_model_replaces_linears_but_not_the_embedding(bits: int) -> Non
     assert isinstance(model.get_input_embeddings(), nn.Embedding)
 
 
-def test_lm_head_can_stay_in_float() -> None:
+def test_lm_head_stays_in_float_for_int4_by_default() -> None:
+    model = make_model(tiny_llama_config(256))
+    assert quantize_model(model, 4) == 14
+    assert isinstance(model.lm_head, nn.Linear)
     model = make_model(tiny_llama_config(256))
     assert quantize_model(model, 8, include_lm_head=False) == 14
-    assert isinstance(model.lm_head, nn.Linear)
 
 
 def test_unsupported_bits_are_refused() -> None:
