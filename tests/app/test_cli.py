@@ -140,3 +140,17 @@ def test_bad_arguments_are_refused_before_any_model_loads(args: list[str], messa
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and message in err and "does not exist" not in err
 
+
+
+def test_quality_prints_perplexity_per_quantization(tiny_model_folder: Path, home: Path, capsys) -> None:
+    assert main(["quality", "--model", str(tiny_model_folder), "--device", "cpu", "--quantizations", "none,8bit,4bit"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "perplexity" not in line]
+    assert [row.split("|")[1].strip() for row in rows] == ["none", "8bit", "4bit"]
+    assert rows[0].split("|")[2].strip() == "float32" and rows[1].split("|")[2].strip() == "bfloat16"
+    assert all(float(row.split("|")[3]) > 1 for row in rows)
+
+
+@pytest.mark.parametrize("args", [["quality", "--quantizations", "3bit"], ["bench", "--peers", "llama.cpp", "--precisions", "fp8"]])
+def test_bad_quality_and_peer_options_are_clean_errors(args: list[str], home: Path, capsys) -> None:
+    assert main(args) == 1
+    assert capsys.readouterr().err.startswith("error: --")

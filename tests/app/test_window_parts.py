@@ -148,7 +148,10 @@ def test_settings_dialog_edits_and_validates(qtbot, app_paths) -> None:
     dialog.source_kind.setCurrentIndex(1)
     dialog.location.setText("/models/llama")
     dialog.dtype.setCurrentText("bf16")
+    assert "CPU: int8 weights" in dialog.quantization.itemText(2) and "CUDA: bitsandbytes" in dialog.quantization.itemText(2)
+    dialog.quantization.setCurrentIndex(2)
     result = dialog.result_settings()
+    assert result.load.quantization == "8bit"
     assert result.sampling.temperature == 0.7 and result.sampling.top_k == 40 and result.sampling.seed == 7
     assert result.source == ModelSource("folder", "/models/llama") and result.load.dtype == "bf16"
     assert result.system_prompt == "Be brief." and result.theme == "dark"

@@ -33,12 +33,13 @@ def test_any_change_of_the_key_measures_again(tiny_loaded, app_paths) -> None:
         assert cal.calibration_path(app_paths, tiny_loaded) != before
     finally:
         torch.set_num_threads(threads)
-    tiny_loaded.quantization = "4bit"
+    tiny_loaded.requested_quantization = "4bit"
     assert cal.calibration_path(app_paths, tiny_loaded) != before
 
 
 def test_cpu_dtype_auto_keeps_the_dtype_whose_plain_step_is_faster(tiny_model_folder, app_paths) -> None:
-    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
+    options = LoadOptions(device="cpu", quantization="none")
+    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
     assert loaded.dtype == torch.float32 and loaded.requested_dtype == "auto"
     calibration = cal.ensure_calibrated(loaded, app_paths)
     assert set(calibration.dtype_seconds) == {"float32", "bfloat16"}
@@ -46,9 +47,27 @@ def test_cpu_dtype_auto_keeps_the_dtype_whose_plain_step_is_faster(tiny_model_fo
     assert str(loaded.dtype) == f"torch.{faster}" == f"torch.{calibration.dtype}"
     assert loaded.model.get_input_embeddings().weight.dtype == loaded.dtype
     # the next start loads fp32 again and converts from the cache, without measuring
-    again = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
+    again = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
     cal.ensure_calibrated(again, app_paths, lambda stage, f: (_ for _ in ()).throw(AssertionError("measured again")))
     assert again.dtype == loaded.dtype
+
+
+def test_cpu_quantization_auto_takes_int8_only_when_clearly_faster(tiny_model_folder, app_paths) -> None:
+    from core.lookahead.auto import INT8_MARGIN
+    from core.models.cpu_quant import Int8WeightLinear
+
+    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
+    assert loaded.requested_quantization == "auto" and loaded.quantization == "none"
+    calibration = cal.ensure_calibrated(loaded, app_paths)
+    seconds = calibration.dtype_seconds
+    assert set(seconds) == {"float32", "bfloat16", "int8"}
+    int8_wins = seconds["int8"] * INT8_MARGIN <= min(seconds["float32"], seconds["bfloat16"])
+    assert (calibration.quantization == "8bit") == int8_wins == (loaded.quantization == "8bit")
+    assert isinstance(loaded.model.lm_head, Int8WeightLinear) == int8_wins
+    assert ("int8 weights" in calibration.reason) == int8_wins
+    again = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
+    cal.ensure_calibrated(again, app_paths, lambda stage, f: (_ for _ in ()).throw(AssertionError("measured again")))
+    assert (again.quantization, again.dtype) == (loaded.quantization, loaded.dtype)
 
 
 def test_an_explicit_dtype_is_kept(tiny_loaded, app_paths) -> None:

@@ -201,14 +201,26 @@ def test_cuda_asked_for_but_absent(tiny_model_folder: Path, app_paths: AppPaths)
 
 
 @pytest.mark.parametrize("quantization", ["4bit", "8bit"])
-def test_bitsandbytes_unavailable(
-    quantization: str, tiny_model_folder: Path, app_paths: AppPaths, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bitsandbytes_unavailable_on_cuda(quantization: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.models.loader import _resolve_quantization
+
     # A None entry makes `import bitsandbytes` raise ImportError, as on a machine without it.
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)
     with pytest.raises(QuantizationUnavailableError, match=f"{quantization} quantization needs bitsandbytes") as err:
-        _load(tiny_model_folder, app_paths, LoadOptions(device="cpu", quantization=quantization))
+        _resolve_quantization(quantization, torch.device("cuda"), 10**6)
     assert "quantization 'none'" in err.value.todo
+
+
+@pytest.mark.parametrize(("quantization", "kind"), [("8bit", "Int8WeightLinear"), ("4bit", "Int4WeightLinear")])
+def test_cpu_quantization_uses_torch_kernels_without_bitsandbytes(
+    quantization: str, kind: str, tiny_model_folder: Path, app_paths: AppPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)
+    loaded = _load(tiny_model_folder, app_paths, LoadOptions(device="cpu", quantization=quantization))
+    assert loaded.quantization == quantization and loaded.requested_quantization == quantization
+    assert loaded.dtype == torch.bfloat16  # dtype auto: the kernels are fastest with bf16 activations
+    assert type(loaded.model.model.layers[0].mlp.up_proj).__name__ == kind
+    assert loaded.model(torch.tensor([[1, 2, 3]])).logits.dtype == torch.bfloat16
 
 
 OOM_SCRIPT = textwrap.dedent(

