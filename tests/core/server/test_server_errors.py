@@ -195,3 +195,16 @@ def serve_once(tiny_runner):
     served.close()
     assert tiny_runner.pending == 0
     assert STATUSES[200] and STATUSES[400], STATUSES  # the bodies reached both the model and the checks
+
+
+def test_a_port_in_use_is_a_clear_start_failure(serve, tiny_runner):
+    from core.server.config import ServerConfig
+    from core.server.service import LocalServer, ServerStartError
+    from tests.core.server.conftest import TINY_DEFAULTS
+
+    served = serve()
+    second = LocalServer(tiny_runner, lambda: TINY_DEFAULTS, ServerConfig(port=served.server.port))
+    with pytest.raises(ServerStartError, match="choose another port"):
+        served.call(second.start())
+    assert second.activity.state.startswith(f"failed: could not listen on 127.0.0.1:{served.server.port}")
+    assert openai.OpenAI(base_url=served.base_url, api_key="none", max_retries=0).models.list().data
