@@ -154,6 +154,24 @@ def test_ten_streaming_clients_two_leave_midway_the_window_stays_responsive(qloo
     qloop.run_until_complete(scenario())
 
 
+def test_a_port_in_use_shows_in_the_window_and_the_chat_still_works(qloop, open_window, ui, tiny_settings):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        tiny_settings(server=ServerSettings(enabled=True, port=port))
+
+        async def scenario() -> None:
+            window = open_window(wait_for_model=False)
+            await until(lambda: window.server.activity.state.startswith("failed"))
+            assert window.server_indicator.text() == "API failed"
+            assert "choose another port" in window.server_indicator.toolTip()
+            await until(lambda: window.model is not None)
+            assert await window_answer(window, ui, "Hello")
+
+        qloop.run_until_complete(scenario())
+
+
 @pytest.mark.default_model
 def test_default_model_greedy_stream_equals_the_windows_answer(qloop, open_window, ui, app_paths, default_model_folder):
     port = free_port()
