@@ -1,8 +1,6 @@
 """The aiohttp application: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``.
 
-Every refusal is an OpenAI-style error object with a 4xx code (a middleware turns the HTTP
-library's own refusals, such as an unknown path or a body over the limit, into the same shape);
-an unexpected failure of the server itself is a 500 object, never a dropped connection. A client
+Refusals raise :class:`ApiError`; :mod:`core.server.guard` turns them into error objects. A client
 that goes away (the connection closes, so aiohttp cancels its handler, or a write fails) cancels
 its answer's token: the model stops within one step, or skips the job if it has not started.
 """
@@ -10,40 +8,22 @@ its answer's token: the model stops within one step, or skips the job if it has 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import logging
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from core.progress import CancelToken
-from core.server.activity import Activity, RequestRecord
+from core.server.activity import Activity
 from core.server.answer_job import AnswerDefaults, Delta, Ended, Event, ServerAnswer, Started
 from core.server.config import ServerConfig
-from core.server.errors import ApiError, from_status
+from core.server.errors import ApiError
+from core.server.guard import OUTCOME, guard
 from core.server.protocol import CompletionRequest, parse_chat, parse_completion, parse_json
 from core.server.responses import MODE_HEADER, TOKENS_PER_STEP_HEADER, Shapes, sse
 from core.server.runner import ModelRunner
 
-log = logging.getLogger(__name__)
-
 Parse = Callable[[dict[str, Any], int], CompletionRequest]
-
-
-@dataclass
-class _Outcome:
-    """What the request log says about one request; ``gone`` when the client left mid-stream."""
-
-    status: int = 500
-    tokens: int = 0
-    detail: str = ""
-    gone: bool = False
-
-
-OUTCOME = web.RequestKey("outcome", _Outcome)
 CANCELLED = "The answer was cancelled before it ended (the model is being replaced or the app is closing). Send it again."
 
 
@@ -51,55 +31,12 @@ def make_app(runner: ModelRunner, defaults: Callable[[], AnswerDefaults], config
              activity: Activity) -> web.Application:
     """The application; ``defaults`` is asked for the app's settings at each request."""
     routes = _Routes(runner, defaults, config)
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[_guard(config, activity)])
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[guard(config, activity)])
     app.router.add_get("/v1/models", routes.models)
     app.router.add_get("/v1/models/{model}", routes.model)
     app.router.add_post("/v1/chat/completions", routes.chat)
     app.router.add_post("/v1/completions", routes.completions)
     return app
-
-
-def _guard(config: ServerConfig, activity: Activity):
-    """Checks the API key, turns every refusal into an error object, records the request."""
-
-    @web.middleware
-    async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        began = time.monotonic()
-        activity.begin()
-        outcome = request[OUTCOME] = _Outcome()
-        try:
-            if config.api_key and not _authorized(request, config.api_key):
-                raise ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>' with the key set "
-                               "in Settings, Server.", code="invalid_api_key")
-            response = await handler(request)
-            outcome.status = 499 if outcome.gone else response.status
-            return response
-        except ApiError as err:
-            return _error(request, err)
-        except web.HTTPException as err:
-            return _error(request, from_status(err.status, err.text or err.reason))
-        except asyncio.CancelledError:
-            outcome.status = 499  # the client closed the connection
-            raise
-        except Exception as err:  # a bug answers 500 for this request and leaves the server serving
-            log.exception("the server failed on %s %s", request.method, request.path)
-            return _error(request, ApiError(500, f"The server failed ({type(err).__name__}). Try again.", kind="server_error"))
-        finally:
-            activity.end(RequestRecord(time.time(), request.method, request.path, outcome.status,
-                                       time.monotonic() - began, outcome.tokens, outcome.detail))
-
-    return guard
-
-
-def _authorized(request: web.Request, key: str) -> bool:
-    given = request.headers.get("Authorization", "")
-    scheme, _, token = given.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
-
-
-def _error(request: web.Request, err: ApiError) -> web.Response:
-    request[OUTCOME].status, request[OUTCOME].detail = err.status, err.message
-    return web.json_response(err.body(), status=err.status)
 
 
 class _Routes:
