@@ -17,10 +17,11 @@ import pytest
 import qasync
 from PySide6.QtCore import QElapsedTimer, QTimer
 
+from core.models.options import LoadOptions
 from core.settings import SamplingSettings, ServerSettings, Settings, SettingsStore
 
 QUESTION = "What is the capital of France?"
-TIMEOUT_S = 120
+TIMEOUT_S = 300  # the default model decodes at a few tokens/s on a busy two-core machine
 
 
 @pytest.fixture
@@ -39,6 +40,7 @@ def free_port() -> int:
 
 
 async def until(condition: Callable[[], bool], timeout: float = TIMEOUT_S) -> None:
+    """Turn the loop until ``condition`` holds (the GUI thread keeps serving meanwhile)."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -177,25 +179,24 @@ def test_a_port_in_use_shows_in_the_window_and_the_chat_still_works(qloop, open_
 @pytest.mark.default_model
 def test_default_model_greedy_stream_equals_the_windows_answer(qloop, open_window, ui, app_paths, default_model_folder):
     port = free_port()
+    # fp32: in bf16 on the CPU, lookahead's greedy text can differ from plain's (rounding), so Auto's
+    # text would depend on which settings its timings picked
     SettingsStore(app_paths.config_dir).save(Settings(
-        sampling=SamplingSettings(max_new_tokens=48), server=ServerSettings(enabled=True, port=port, api_key="k")))
+        load=LoadOptions(device="cpu", dtype="fp32"), sampling=SamplingSettings(max_new_tokens=24),
+        server=ServerSettings(enabled=True, port=port, api_key="k")))
 
     async def scenario() -> None:
         window = await opened(open_window, port)
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
         messages = [{"role": "system", "content": window.settings.system_prompt}, {"role": "user", "content": QUESTION}]
         auto, auto_figures = await in_thread(lambda: streamed(api, window.model.name, messages, temperature=0))
-        assert auto == await window_answer(window, ui, QUESTION) and "Paris" in auto
-        assert auto_figures["mode"].startswith(("auto", "plain")) and auto_figures["tokens_per_step"] >= 1.0
-        window.set_mode("lookahead")
-        window.new_chat()
-        in_window = await window_answer(window, ui, QUESTION)
         fixed, figures = await in_thread(lambda: streamed(api, window.model.name, messages, temperature=0,
                                                           extra_body={"lookahead_mode": "lookahead"}))
-        assert fixed == in_window
+        in_window = await window_answer(window, ui, QUESTION)
+        assert auto == fixed == in_window and "Paris" in in_window
         assert figures["mode"].startswith("lookahead W") and figures["tokens_per_step"] >= 1.0
-        print(f"\ndefault model ({window.model.precision}) over the API, auto: {auto!r} {auto_figures}; "
-              f"lookahead: {fixed!r} {figures}")
+        assert auto_figures["mode"].startswith(("auto", "plain")) and auto_figures["tokens_per_step"] >= 1.0
+        print(f"\ndefault model over the API: {in_window!r}; auto {auto_figures}; lookahead {figures}")
         await window.server.stop()
 
     qloop.run_until_complete(scenario())
