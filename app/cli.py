@@ -54,6 +54,15 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--max-new-tokens", type=_new_tokens, help="answer length limit (default: from settings)")
     ask.add_argument("--stats", action="store_true", help="print tokens/s and tokens per step to stderr")
 
+    serve = sub.add_parser("serve", help="serve an OpenAI-compatible API on 127.0.0.1 (no window)")
+    _model_arguments(serve)
+    serve.add_argument("--mode", choices=("auto", "plain", "lookahead"), help="decoding mode (default: from settings)")
+    serve.add_argument("--port", type=_port, help="TCP port (default: from settings, 8765; 0: any free port)")
+    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (default: $LOOKAHEAD_CHAT_API_KEY, "
+                       "else from settings; empty: none)")
+    serve.add_argument("--allow-network", action="store_true", help="listen on all interfaces, not only 127.0.0.1")
+    serve.add_argument("--max-tokens", type=_new_tokens, help="the most tokens one request may ask for (default: from settings)")
+
     sub.add_parser("models", help="list known models")
     sub.add_parser("fetch-default", help="download and convert the embedded default model")
 
@@ -110,6 +119,13 @@ def _new_tokens(text: str) -> int:
     if not 1 <= value <= MAX_NEW_TOKENS:
         raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_NEW_TOKENS} (got {value})")
     return value
+
+
+def _port(text: str) -> int:
+    """A TCP port, or 0 for any free one."""
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"give a port from 0 to 65535 (got {text!r})")
+    return int(text)
 
 
 def _prompt_text(text: str) -> str:

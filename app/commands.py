@@ -11,6 +11,7 @@ from dataclasses import replace
 from core.paths import AppPaths
 
 Command = Callable[[argparse.Namespace, AppPaths], int]
+API_KEY_VARIABLE = "LOOKAHEAD_CHAT_API_KEY"  # serve's API key, kept out of the process list
 
 
 class _StderrLine:
@@ -162,6 +163,50 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
         print(f"{s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, {s.tokens_per_step:.2f} tokens/step ({ran}; {dtype})", file=sys.stderr)
         if mode == "auto":
             print(auto_reason, file=sys.stderr)
+    return 0
+
+
+@one_line_errors
+def serve(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Serve the OpenAI-compatible API headless until Ctrl+C: one model, one model thread, requests in order."""
+    import asyncio
+    import os
+
+    from core.calibration import calibrate_or_plain
+    from core.server.answer_job import AnswerDefaults
+    from core.server.config import ServerConfig
+    from core.server.runner import ThreadRunner
+    from core.server.service import LocalServer, ServerStartError
+
+    settings, loaded = load_from_args(args, paths)
+    print(calibrate_or_plain(loaded, paths.ensure(), _progress_printer()), file=sys.stderr)
+    wanted = {"port": args.port, "api_key": os.environ.get(API_KEY_VARIABLE) if args.api_key is None else args.api_key,
+              "max_tokens": args.max_tokens}
+    config = replace(ServerConfig.from_settings(replace(settings.server, allow_network=args.allow_network or settings.server.allow_network)),
+                     **{k: v for k, v in wanted.items() if v is not None})
+    if config.host != "127.0.0.1" and not config.api_key:
+        print("warning: other computers may connect and no API key is set (--api-key)", file=sys.stderr)
+    defaults = AnswerDefaults.from_settings(replace(settings, mode=args.mode) if args.mode else settings)
+    runner = ThreadRunner(loaded)
+    server = LocalServer(runner, lambda: defaults, config)
+
+    async def run() -> None:
+        await server.start()
+        print(f"Serving {loaded.name} on {server.url} (Ctrl+C stops)", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await server.stop()
+
+    try:
+        asyncio.run(run())
+    except ServerStartError as err:
+        print(f"error: the server {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("stopped.", file=sys.stderr)
+    finally:
+        runner.close()
     return 0
 
 

@@ -38,6 +38,8 @@ from app.jobs import AnswerOutcome, ModelInfo
 from app.mode_controls import ModeControls
 from app.notices import LoadPanel, NoticeBar
 from app.preset_controls import PresetControls
+from app.server_control import ServerControl
+from app.server_indicator import ServerIndicator
 from app.settings_dialog import SettingsDialog
 from app.shortcuts import SHORTCUTS
 from app.status_bar import FiguresBar
@@ -103,6 +105,10 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.splitter)
         self.figures = FiguresBar()
         self.setStatusBar(self.figures)
+        self.server = ServerControl(self.worker, lambda: self.settings, lambda: self.model.name if self.model else None, self)
+        self.server_indicator = ServerIndicator(self.server.activity)
+        self.figures.addPermanentWidget(self.server_indicator)
+        self.server.changed.connect(self.server_indicator.refresh)
 
         self.chat = ChatController(self.store, self.worker, self.chat_view, self.composer, lambda: self.settings, self)
         self._connect()
@@ -117,6 +123,7 @@ class MainWindow(QMainWindow):
                 self.notice.show_message(problem, "error", lasting=True)
         self.compare_page = install_compare(self)
         self.load_model()
+        self.server.apply(self.settings.server)
 
     # --- construction -----------------------------------------------------------------------------
 
@@ -261,6 +268,7 @@ class MainWindow(QMainWindow):
             self.load_model()
         if old.theme != new.theme:
             self.apply_theme()
+        self.server.apply(new.server)
         self.mode_controls.set_mode(new.mode)
         self.mode_controls.editor.set_settings(new.lookahead)
         self.preset_controls.show_sampling(new.sampling)

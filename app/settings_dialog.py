@@ -1,10 +1,11 @@
-"""The settings dialog: model source (with hub download), device, precision, sampling, prompt, theme."""
+"""The settings dialog: model source (with hub download), device, precision, sampling, prompt, theme, local server."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -27,7 +28,7 @@ from app.download import HubDownload
 from core.models.options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions, ModelSource
 from core.models.registry import ModelRegistry
 from core.paths import AppPaths
-from core.settings import THEMES, SamplingSettings, Settings
+from core.settings import THEMES, SamplingSettings, ServerSettings, Settings
 
 SOURCE_LABELS = {
     "default": "Embedded default (SmolLM2-135M-Instruct)",
@@ -66,6 +67,7 @@ class SettingsDialog(QDialog):
         self.tabs.addTab(self._model_tab(settings), "Model")
         self.tabs.addTab(self._sampling_tab(settings.sampling), "Generation")
         self.tabs.addTab(self._chat_tab(settings), "Chat")
+        self.tabs.addTab(self._server_tab(settings.server), "Server")
         self.error = QLabel(wordWrap=True, styleSheet="color: #dc2626;")
         self.error.hide()
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
@@ -166,6 +168,25 @@ class SettingsDialog(QDialog):
         form.addRow("Theme", self.theme)
         return page
 
+    def _server_tab(self, server: ServerSettings) -> QWidget:
+        page = QWidget()
+        self.server_enabled = QCheckBox("Serve an OpenAI-compatible API while the window is open", checked=server.enabled)
+        self.server_port = QSpinBox(minimum=1, maximum=65535, value=server.port)
+        self.server_key = QLineEdit(server.api_key, echoMode=QLineEdit.EchoMode.PasswordEchoOnEdit)
+        self.server_key.setPlaceholderText("none: any program on this computer may use the API")
+        self.server_network = QCheckBox("Allow other computers to connect (listen on all interfaces)", checked=server.allow_network)
+        self.server_network.setToolTip("Off: only programs on this computer (127.0.0.1). Set an API key before turning this on.")
+        self.server_max_tokens = QSpinBox(minimum=1, maximum=32768, value=server.max_tokens)
+        form = QFormLayout(page)
+        form.addRow(self.server_enabled)
+        form.addRow("Port", self.server_port)
+        form.addRow("API key (Bearer)", self.server_key)
+        form.addRow(self.server_network)
+        form.addRow("Max tokens per request", self.server_max_tokens)
+        form.addRow("", QLabel("Base URL: http://127.0.0.1:PORT/v1 (see the README). Answers share the window's model "
+                               "and queue behind its chats.", wordWrap=True, enabled=False))
+        return page
+
     # --- result -----------------------------------------------------------------------------------
 
     def result_settings(self) -> Settings:
@@ -184,8 +205,10 @@ class SettingsDialog(QDialog):
             seed=None if self.seed.value() < 0 else self.seed.value(),
             stop_strings=tuple(self.stop_strings.toPlainText().splitlines()),
         )
+        server = ServerSettings(self.server_enabled.isChecked(), self.server_port.value(), self.server_key.text().strip(),
+                                self.server_network.isChecked(), self.server_max_tokens.value())
         return replace(self._settings, source=source, load=load, sampling=sampling,
-                       system_prompt=self.system_prompt.toPlainText().strip(), theme=self.theme.currentData())
+                       system_prompt=self.system_prompt.toPlainText().strip(), theme=self.theme.currentData(), server=server)
 
     def accept(self) -> None:
         try:

@@ -100,6 +100,12 @@ class ModelWorker(QObject):
         return not self._thread.is_alive()
 
     @property
+    def outstanding(self) -> int:
+        """Loads and step jobs queued or running: 0 when the worker is idle and nothing is left behind."""
+        with self._lock:
+            return len(self._tokens)
+
+    @property
     def running(self) -> bool:
         return self._thread.is_alive()
 

@@ -105,6 +105,25 @@ class LookaheadSettings:
 
 
 @dataclass(frozen=True)
+class ServerSettings:
+    """The local OpenAI-compatible HTTP server: off by default; loopback only unless ``allow_network``;
+    ``api_key`` (empty: none) is required as ``Authorization: Bearer`` when set."""
+
+    enabled: bool = False
+    port: int = 8765
+    api_key: str = ""
+    allow_network: bool = False
+    max_tokens: int = 4096  # the most tokens one request may ask for
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"the server port must be between 1 and 65535 (got {self.port}).")
+        if not 1 <= self.max_tokens <= 32768:
+            raise ValueError(f"the server's max tokens must be between 1 and 32768 (got {self.max_tokens}).")
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything the user can set."""
 
@@ -115,6 +134,7 @@ class Settings:
     lookahead: LookaheadSettings = field(default_factory=LookaheadSettings)
     system_prompt: str = "You are a helpful assistant."
     theme: str = "system"
+    server: ServerSettings = field(default_factory=ServerSettings)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -136,6 +156,7 @@ class Settings:
             "load": LoadOptions,
             "sampling": SamplingSettings,
             "lookahead": LookaheadSettings,
+            "server": ServerSettings,
         }
         kwargs: dict[str, Any] = {}
         for f in fields(cls):
@@ -206,4 +227,4 @@ class SettingsStore:
         write_json_atomic(self.path, settings.to_json())
 
 
-__all__ = ["LoadedSettings", "LookaheadSettings", "SamplingSettings", "Settings", "SettingsStore"]
+__all__ = ["LoadedSettings", "LookaheadSettings", "SamplingSettings", "ServerSettings", "Settings", "SettingsStore"]

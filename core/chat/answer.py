@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from core.chat.prompt import Message, build_prompt
+from core.chat.prompt import Message, build_prompt, raw_prompt
 from core.lookahead import Decoding, LookaheadConfig, NGramPool
 from core.lookahead.decoder import StepChooser
 from core.lookahead.sampling import SamplingConfig, TokenPolicy
@@ -28,6 +28,9 @@ class AnswerDelta:
 class Answer:
     """Generates the assistant's reply to ``messages``; iterate for :class:`AnswerDelta`.
 
+    ``messages`` given as one text is a raw prompt to continue (no chat template), as a text
+    completion asks.
+
     ``lookahead`` is a fixed setting (``None``: plain) unless ``chooser`` (Auto) picks each step's.
     ``sampling`` (temperature, top-k/p, min-p, repetition penalty, seed) applies to every mode;
     ``None`` is plain greedy. After iteration, :attr:`text`, :attr:`finish_reason` and :attr:`dropped_messages` tell
@@ -37,7 +40,7 @@ class Answer:
     def __init__(
         self,
         loaded: LoadedModel,
-        messages: list[Message],
+        messages: list[Message] | str,
         *,
         lookahead: LookaheadConfig | None,
         max_new_tokens: int,
@@ -53,7 +56,10 @@ class Answer:
                 f"max new tokens ({max_new_tokens}) leaves no room for the prompt in this model's "
                 f"context of {loaded.context_length} tokens. Lower 'max new tokens'."
             )
-        prompt = build_prompt(loaded.tokenizer, messages, budget)
+        if isinstance(messages, str):
+            prompt = raw_prompt(loaded.tokenizer, messages, budget)
+        else:
+            prompt = build_prompt(loaded.tokenizer, messages, budget)
         self.dropped_messages = prompt.dropped_messages
         self.note = prompt.note
         self.prompt_ids = prompt.ids

@@ -130,6 +130,20 @@ def build_prompt(tokenizer: Any, messages: list[Message], budget: int) -> Prompt
     return _PromptSearch(tokenizer, system, rest, budget).run()
 
 
+def raw_prompt(tokenizer: Any, text: str, budget: int) -> Prompt:
+    """``text`` encoded as is (no chat template), for a text completion.
+
+    Raises:
+        PromptError: when it is empty or takes more than ``budget`` tokens.
+    """
+    ids = list(tokenizer(text)["input_ids"])
+    if not ids:
+        raise PromptError("The prompt is empty: give the text to continue.")
+    if len(ids) > budget:
+        raise PromptError(_too_long(budget))
+    return Prompt(ids, 0)
+
+
 def _prompt(encoded: Encoded, dropped: int) -> Prompt:
     return Prompt(encoded.ids, dropped, SYSTEM_FOLDED_NOTE if encoded.system_folded else "")
 

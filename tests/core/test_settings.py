@@ -182,3 +182,15 @@ def test_stop_strings_round_trip_and_validation(tmp_path) -> None:
     assert loaded.settings.sampling.stop_strings == ("\nUser:", "###")
     with pytest.raises(ValueError, match="stop_strings"):
         SamplingSettings(stop_strings=("ok", 3))  # type: ignore[arg-type]
+
+
+def test_server_settings_round_trip_and_validation(tmp_path: Path) -> None:
+    from core.settings import ServerSettings
+
+    assert Settings().server == ServerSettings(enabled=False, port=8765, api_key="", allow_network=False)
+    store = SettingsStore(tmp_path)
+    store.save(Settings(server=ServerSettings(enabled=True, port=9000, api_key="k")))
+    assert store.load().settings.server == ServerSettings(enabled=True, port=9000, api_key="k")
+    for bad in ({"port": 0}, {"port": 70000}, {"enabled": "yes"}, {"max_tokens": 0}, {"api_key": 5}):
+        with pytest.raises(ValueError):
+            ServerSettings(**bad)

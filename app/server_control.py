@@ -1,0 +1,98 @@
+"""The window's side of the local server: it runs on the window's qasync loop and answers through the window's model worker.
+
+One model in memory: the server's answers are step jobs queued on the same :class:`~app.worker.ModelWorker`
+as the chat's, in arrival order. The HTTP handlers run on the GUI thread (the qasync loop) and do
+little there: parse, queue, forward text; tokens reach them via ``loop.call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.worker import ModelWorker
+from core.jobs import StepsJob
+from core.server.activity import Activity
+from core.server.answer_job import AnswerDefaults
+from core.server.config import ServerConfig
+from core.server.service import LocalServer, ServerStartError
+from core.settings import ServerSettings, Settings
+
+log = logging.getLogger(__name__)
+
+
+class WorkerRunner:
+    """The window's model worker as the server's :class:`~core.server.runner.ModelRunner`."""
+
+    def __init__(self, worker: ModelWorker, model_name: Callable[[], str | None]) -> None:
+        self.worker, self._model_name = worker, model_name
+
+    @property
+    def model_name(self) -> str | None:
+        return self._model_name()
+
+    def submit(self, job: StepsJob) -> None:
+        self.worker.run_job(job)
+
+
+class ServerControl(QObject):
+    """Starts, restarts and stops the server to match Settings, Server; ``changed`` fires on any news (state, requests)."""
+
+    changed = Signal()
+
+    def __init__(self, worker: ModelWorker, settings: Callable[[], Settings], model_name: Callable[[], str | None],
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.runner = WorkerRunner(worker, model_name)
+        self.settings = settings
+        self.activity = Activity(on_change=self.changed.emit)
+        self.server: LocalServer | None = None
+        self._applied: ServerSettings | None = None
+        self._switching: asyncio.Task | None = None
+
+    def apply(self, wanted: ServerSettings) -> None:
+        """Match ``wanted`` (start, restart on a change, stop) on the next turn of the event loop."""
+        if wanted == self._applied:
+            return
+        self._applied = wanted
+        QTimer.singleShot(0, lambda: self._switch_soon(wanted))
+
+    async def stop(self) -> None:
+        """Stop serving now (the window closes); running answers are cancelled."""
+        self._applied = None
+        if self._switching is not None:
+            await self._switching
+        await self._switch(None)
+
+    def _switch_soon(self, wanted: ServerSettings) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # only under a bare Qt loop (some tests): the app always runs qasync
+            self.activity.set_state("failed: the window's event loop is not running")
+            return
+        previous = self._switching
+        self._switching = loop.create_task(self._after(previous, wanted))
+
+    async def _after(self, previous: asyncio.Task | None, wanted: ServerSettings) -> None:
+        if previous is not None:
+            await previous
+        if wanted == self._applied:  # not superseded by a later change
+            await self._switch(wanted)
+
+    async def _switch(self, wanted: ServerSettings | None) -> None:
+        if self.server is not None:
+            server, self.server = self.server, None
+            await server.stop()
+        if wanted is None or not wanted.enabled:
+            return
+        server = LocalServer(self.runner, lambda: AnswerDefaults.from_settings(self.settings()),
+                             ServerConfig.from_settings(wanted), self.activity)
+        try:
+            await server.start()
+        except ServerStartError as err:
+            log.warning("the local server did not start: %s", err)
+            return
+        self.server = server

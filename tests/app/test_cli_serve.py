@@ -1,0 +1,42 @@
+"""``lookahead-chat serve``: the real command in a sub-process, driven by the official openai client."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import openai
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_serve_streams_to_the_openai_client_and_stops_on_ctrl_c(tiny_model_folder: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(tmp_path), "LOOKAHEAD_CHAT_API_KEY": "k3y"}
+    env.pop("LOOKAHEAD_CHAT_CACHE", None)
+    command = [sys.executable, "-m", "app", "serve", "--model", str(tiny_model_folder), "--device", "cpu",
+               "--dtype", "fp32", "--port", "0", "--mode", "lookahead"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"on (http://127\.0\.0\.1:\d+/v1)", line)
+        assert match, line + proc.stderr.read() if proc.poll() is not None else line
+        api = openai.OpenAI(base_url=match.group(1), api_key="k3y", max_retries=0)
+        model = api.models.list().data[0].id
+        chunks = list(api.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}],
+                                                  max_tokens=10, temperature=0, stream=True))
+        assert sum(bool(c.choices and c.choices[0].delta.content) for c in chunks) >= 1
+        assert chunks[-1].model_extra["lookahead"]["mode"].startswith("lookahead W")
+        try:
+            openai.OpenAI(base_url=match.group(1), api_key="wrong", max_retries=0).models.list()
+            raise AssertionError("a wrong API key was accepted")
+        except openai.AuthenticationError:
+            pass
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-3000:]
+    assert "stopped." in err and "Traceback" not in err
