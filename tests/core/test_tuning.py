@@ -21,7 +21,8 @@ def test_plans_per_mode(tiny_loaded, app_paths) -> None:
     calibration = ensure_calibrated(tiny_loaded, app_paths)
     auto = tuning.decoding_plan("auto", best, tiny_loaded)
     assert auto.label == "auto" and auto.chooser is tiny_loaded.chooser
-    assert auto.pool_shape == (max(s.ngram for s in auto.chooser.settings if s), max(s.guesses for s in auto.chooser.settings if s))
+    tried = [s for s in auto.chooser.settings if s is not None]  # none where this machine's curve makes every setting slower
+    assert auto.pool_shape == ((max(s.ngram for s in tried), max(s.guesses for s in tried)) if tried else None)
     assert tuning.decoding_plan("lookahead", best, tiny_loaded).lookahead == calibration.best_lookahead
     assert tuning.decoding_plan("plain", best, tiny_loaded).pool_shape is None
 
