@@ -27,3 +27,11 @@ def move_aside(path: Path, tag: str, companions: tuple[str, ...] = ()) -> Path:
         if extra.exists():
             os.rename(extra, f"{target}{suffix}")
     return target
+
+
+def set_aside_note(path: Path) -> str:
+    """Move an unusable file aside (tag ``invalid``) and say where it went, or why it stayed."""
+    try:
+        return f"the old file was kept as {move_aside(path, 'invalid').name}"
+    except OSError as err:
+        return f"the old file could not be moved aside ({err.strerror or err}) and stays where it is"

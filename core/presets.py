@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from core.aside import move_aside
+from core.aside import set_aside_note
 from core.atomic import write_json_atomic
 from core.settings import SamplingSettings, Settings
 
@@ -94,10 +94,7 @@ class PresetStore:
         write_json_atomic(self.path, {"presets": [{"name": p.name, "sampling": asdict(p.sampling)} for p in user]})
 
     def _set_aside(self, reason: str) -> LoadedPresets:
-        try:
-            kept = f"the old file was kept as {move_aside(self.path, 'invalid').name}"
-        except OSError as err:
-            kept = f"the old file could not be moved aside ({err.strerror or err}) and stays where it is"
+        kept = set_aside_note(self.path)
         problem = f"The sampling presets file could not be used ({reason}). The built-in presets are available; {kept}."
         log.warning(problem)
         return LoadedPresets((), problem)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from core.aside import move_aside
+from core.aside import set_aside_note
 from core.atomic import write_json_atomic
 from core.lookahead.config import LookaheadConfig
 from core.models.options import LoadOptions, ModelSource
@@ -214,10 +214,7 @@ class SettingsStore:
             return self._set_aside(str(err).rstrip("."))
 
     def _set_aside(self, reason: str) -> LoadedSettings:
-        try:
-            kept = f"the old file was kept as {move_aside(self.path, 'invalid').name}"
-        except OSError as err:
-            kept = f"the old file could not be moved aside ({err.strerror or err}) and stays where it is"
+        kept = set_aside_note(self.path)
         problem = f"The settings file could not be used ({reason}). Default settings are in effect; {kept}."
         log.warning(problem)
         return LoadedSettings(Settings(), problem)
