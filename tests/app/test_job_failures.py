@@ -35,13 +35,13 @@ def gemma_style_folder(tiny_model_folder: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def forward_pre_hook() -> Iterator:
-    """Install ``action()`` before every forward pass of a causal LM on any thread but this one."""
+    """Install ``action()`` before every forward pass (each embeds its tokens once) on any thread but this one."""
     handles = []
     me = threading.current_thread()
 
     def install(action) -> None:
         def hook(module: torch.nn.Module, _args: tuple) -> None:
-            if threading.current_thread() is not me and type(module).__name__.endswith("ForCausalLM"):
+            if threading.current_thread() is not me and isinstance(module, torch.nn.Embedding):
                 action()
 
         handles.append(torch.nn.modules.module.register_module_forward_pre_hook(hook))

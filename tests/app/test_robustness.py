@@ -15,14 +15,14 @@ from core.settings import SETTINGS_FILE
 
 @pytest.fixture
 def forward_hook() -> Iterator[Callable[[Callable[[int], None]], None]]:
-    """Install ``action(call_number)`` before every forward pass of a causal LM on the model worker thread."""
+    """Install ``action(call_number)`` before every forward pass on the model worker thread (each embeds its tokens once)."""
     handles = []
 
     def install(action: Callable[[int], None]) -> None:
         calls = [0]
 
         def hook(module: torch.nn.Module, _args: tuple) -> None:
-            if threading.current_thread().name == "model-worker" and type(module).__name__.endswith("ForCausalLM"):
+            if threading.current_thread().name == "model-worker" and isinstance(module, torch.nn.Embedding):
                 calls[0] += 1
                 action(calls[0])
 
