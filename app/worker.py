@@ -8,7 +8,6 @@ any kind, stops the thread.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import logging
 import queue
@@ -183,8 +182,7 @@ class ModelWorker(QObject):
             return
         import torch
 
-        self._loaded = None
-        gc.collect()
+        self._loaded = None  # no gc.collect() on this thread: it could destroy Qt objects here (app/gc_guard.py)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 

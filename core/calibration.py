@@ -11,7 +11,6 @@ own figures.
 from __future__ import annotations
 
 import copy
-import gc
 import hashlib
 import json
 import logging
@@ -142,8 +141,8 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
             loaded.model, loaded.dtype = models["bf16"], torch.bfloat16
         return calibration
     finally:
-        models.clear()
-        gc.collect()
+        models.clear()  # the copies not kept are freed; no gc.collect() here: on this (worker) thread it can
+        # destroy Qt objects off the GUI thread, a crash (app/gc_guard.py collects on the GUI thread)
 
 
 def _int8_copy(model: Any) -> Any:
