@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QAction, QGuiApplication
@@ -193,15 +194,28 @@ def test_theme_switch_and_dialogs(tiny_settings, open_window, qtbot) -> None:
 
 
 def test_live_figures_update_while_generating(tiny_settings, open_window, ui) -> None:
+    import threading
+
+    import torch
+
     tiny_settings(max_new_tokens=120, mode="plain")
     window = open_window()
     assert window._figures_timer.interval() <= 250
-    ui.send(window, "Go on", wait=False)
-    ui.qtbot.waitUntil(lambda: "tok/s" in window.figures.rate.text(), timeout=30_000)
-    assert window.figures.state.text() in ("generating", "waiting for the model")
-    assert "context" in window.figures.context.text()
-    window.chat.stop()
-    ui.wait_idle(window)
+
+    def slow_step(module: torch.nn.Module, _args: tuple) -> None:  # 120 steps of 50 ms: still generating when checked
+        if isinstance(module, torch.nn.Embedding) and threading.current_thread() is not threading.main_thread():
+            time.sleep(0.05)
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(slow_step)
+    try:
+        ui.send(window, "Go on", wait=False)
+        ui.qtbot.waitUntil(lambda: "tok/s" in window.figures.rate.text(), timeout=30_000)
+        assert window.figures.state.text() in ("generating", "waiting for the model")
+        assert "context" in window.figures.context.text()
+        window.chat.stop()
+        ui.wait_idle(window)
+    finally:
+        handle.remove()
     assert window.figures.state.text().startswith("last answer")
 
 
