@@ -68,6 +68,8 @@ class ServerControl(QObject):
         await self._switch(None)
 
     def _switch_soon(self, wanted: ServerSettings) -> None:
+        if not wanted.enabled and self.server is None and self._switching is None:
+            return  # off and staying off: nothing to do, with or without an event loop
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # only under a bare Qt loop (some tests): the app always runs qasync
