@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from core.lookahead.llama_step import LlamaStep, supports_llama_step
-from core.lookahead.model_step import ModelStep, TransformersStep
+from core.lookahead.model_step import ModelStep, TransformersStep, causal_mask
 from core.lookahead.stats import device_sync
 
 CATEGORIES = ("weights", "attention", "cache", "other ops", "python and dispatch")
@@ -70,7 +70,7 @@ def profile_steps(model: Any, sizes: Sequence[int] = (1, 12), context: int = 256
         for size in sizes:
             ids = torch.randint(0, vocab, (size,), generator=generator).to(device)
             positions = torch.arange(context, context + size, device=device)
-            mask = None if size == 1 else _causal_mask(size, context, dtype, device)
+            mask = None if size == 1 else causal_mask(size, context, dtype, device)
             for name, step in steps.items():
                 _run(step, ids, positions, mask, context)  # warm-up
                 device_sync(device)
@@ -94,11 +94,6 @@ def _run(step: ModelStep, ids: torch.Tensor, positions: torch.Tensor, mask: torc
     keep = torch.arange(min(len(ids), 1 + len(ids) // 2), device=ids.device) if len(ids) > 1 else 1
     step.forward(ids, positions, keep, mask)
     step.keep(context - 1, len(ids) + 1, [])  # back to the context: every round measures the same step
-
-
-def _causal_mask(size: int, context: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    block = torch.full((size, size), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
-    return torch.cat([block.new_zeros(size, context), block], dim=1)
 
 
 def profile_table(profiles: Sequence[StepProfile]) -> str:

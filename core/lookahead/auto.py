@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from core.lookahead.config import LookaheadConfig
-from core.lookahead.model_step import model_step
+from core.lookahead.model_step import causal_mask, model_step
 from core.lookahead.stats import device_sync
 
 CPU_CURVE_SIZES = (1, 2, 4, 8, 16, 32)
@@ -104,18 +104,6 @@ class Cancelled(Exception):
     """Calibration was cancelled (the app loads another model, or the user pressed Cancel)."""
 
 
-def measure_step_cost(
-    model: Any,
-    sizes: Sequence[int] = CPU_CURVE_SIZES,
-    context: int = 256,
-    repeats: int = 3,
-    progress: Callable[[float], None] | None = None,
-    cancelled: Callable[[], bool] | None = None,
-) -> StepCostCurve:
-    """The step cost curve from :func:`measure_step_seconds`, made non-decreasing."""
-    return StepCostCurve.monotone(sizes, measure_step_seconds(model, sizes, context, repeats, progress, cancelled))
-
-
 def measure_step_seconds(
     model: Any,
     sizes: Sequence[int] = CPU_CURVE_SIZES,
@@ -145,10 +133,7 @@ def measure_step_seconds(
                 if cancelled is not None and cancelled():
                     raise Cancelled
                 ids = torch.randint(0, vocab, (size,), generator=generator).to(device)
-                mask = None
-                if size > 1:
-                    block = torch.full((size, size), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
-                    mask = torch.cat([block.new_zeros(size, context), block], dim=1)
+                mask = causal_mask(size, context, dtype, device) if size > 1 else None
                 positions = torch.arange(context, context + size, device=device)
                 keep = torch.arange(min(size, 1 + size // 2), device=device) if size > 1 else 1
                 device_sync(device)
@@ -307,7 +292,7 @@ def calibrate(
     device = device or model.device
     start = time.perf_counter()
     sizes = CUDA_CURVE_SIZES if device.type == "cuda" else CPU_CURVE_SIZES
-    curve = measure_step_cost(model, sizes, progress=progress, cancelled=cancelled)
+    curve = StepCostCurve.monotone(sizes, measure_step_seconds(model, sizes, progress=progress, cancelled=cancelled))
     dtype = str(model.get_input_embeddings().weight.dtype).removeprefix("torch.")
     return Calibration(device.type, dtype, curve, predict(curve, grid(device.type)), time.perf_counter() - start)
 

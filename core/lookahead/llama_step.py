@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from core.lookahead.kv_cache import StaticKVCache
+from core.lookahead.model_step import causal_mask
 from core.lookahead.sliding import sliding_window_of
 
 SUPPORTED_TYPES = frozenset({"llama", "mistral", "qwen2"})
@@ -71,7 +72,7 @@ class LlamaStep:
         if mask is not None:
             attn_mask = mask[None, None]
         elif q > 1 and past > 0:
-            attn_mask = _causal_after(past, q, hidden.dtype, hidden.device)[None, None]
+            attn_mask = causal_mask(q, past, hidden.dtype, hidden.device)[None, None]
         else:
             causal = q > 1
         for index, layer in enumerate(self.layers):
@@ -104,10 +105,4 @@ class LlamaStep:
 
     def keep(self, past: int, step_size: int, sources: list[int]) -> None:
         self.cache.keep(past, step_size, sources)
-
-
-def _causal_after(past: int, q: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``[q, past+q]`` additive mask: all of the cache, causal among the new tokens."""
-    block = torch.full((q, q), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
-    return torch.cat([block.new_zeros(q, past), block], dim=1)
 

@@ -70,6 +70,12 @@ class TransformersStep:
         self.cache.crop(-(step_size - 1 - accepted))
 
 
+def causal_mask(size: int, past: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[size, past+size]`` additive mask: every cached entry, causal among the ``size`` new tokens."""
+    block = torch.full((size, size), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+    return torch.cat([block.new_zeros(size, past), block], dim=1)
+
+
 def model_step(model: Any, capacity: int, *, lookahead: bool) -> ModelStep:
     """The fastest step implementation that runs ``model`` exactly; ``capacity`` is the expected cache size."""
     from core.lookahead.llama_step import LlamaStep

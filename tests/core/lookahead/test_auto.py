@@ -9,7 +9,7 @@ from core.lookahead import Decoding, LookaheadConfig, lookahead_generate
 from core.lookahead.auto import AutoChooser, Calibration, StepCostCurve, calibrate, calibrate_dtypes, grid, predict
 from tests.conftest import make_model, tiny_llama_config
 
-# Step cost curves as measured with measure_step_cost on two 2-core machines: a CPU where a wide step
+# Step cost curves as measured with measure_step_seconds on two 2-core machines: a CPU where a wide step
 # costs little more than a narrow one, and an AVX2-only CPU in bf16 where it costs 9.7x at 32 tokens.
 FLAT = StepCostCurve((1, 2, 4, 8, 16, 32), (0.038, 0.040, 0.040, 0.042, 0.043, 0.048))
 STEEP = StepCostCurve((1, 2, 4, 8, 16, 32), (0.066, 0.084, 0.124, 0.202, 0.351, 0.643))
