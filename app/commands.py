@@ -223,6 +223,7 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.bench.runner import AUTO, PLAIN_LOOP, REFERENCE, BenchRunner, Method
     from core.bench.suites import load_suite
     from core.lookahead.auto import AutoChooser, calibrate, calibrate_dtypes
+    from core.models.cpu_packed import pack_if_faster
 
     try:
         suites = [load_suite(name.strip(), args.limit) for name in args.suites.split(",") if name.strip()]
@@ -242,10 +243,14 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
             print(f"error: bad --configs entry '{spec}': give 'auto' or W:N:G such as 7:5:7 ({err}).", file=sys.stderr)
             return 1
     settings, loaded = load_from_args(args, paths)
+    if args.overhead:
+        return _overhead(loaded)
     if not dtypes and loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none":
         dtypes = ["fp32", "bf16"]  # what the app's Auto chooses between on the CPU
     runner = BenchRunner(loaded, args.max_new_tokens, extra_dtypes=dtypes, repetition_penalty=args.repetition_penalty)
     names = list(runner.models)
+    layouts = {name: pack_if_faster(model) for name, model in runner.models.items()}  # as the app's calibration does
+    print("weights: " + ", ".join(f"{n} {'packed' if p else 'plain layout'}" for n, p in layouts.items()), file=sys.stderr)
     tag = (lambda d: f" [{d}]") if len(names) > 1 else (lambda d: "")
     calibration = None
     if "auto" in specs:
@@ -270,8 +275,6 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
             methods.append(Method(f"lookahead {config.label}{suffix}{tag(run_dtype)}", "loop", config, pool=pool, dtype=run_dtype))
     if not args.no_peers:
         methods.append(Method(f"prompt lookup {10}{tag(run_dtype)}", "prompt_lookup", dtype=run_dtype))
-    if args.overhead:
-        return _overhead(loaded)
     runner.warm_up(methods)
     start = time.perf_counter()
     results = runner.run(suites, methods, _progress_printer("bench: "))
@@ -284,7 +287,7 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     print(markdown_table(rows, title))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtypes": names, "threads": torch.get_num_threads(),
+    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtypes": names, "packed": layouts, "threads": torch.get_num_threads(),
             "max_new_tokens": args.max_new_tokens, "repetition_penalty": args.repetition_penalty,
             "seconds": time.perf_counter() - start, "suites": [s.name for s in suites], "methods": [m.name for m in methods],
             "calibration": calibration.as_dict() if calibration else None,

@@ -23,13 +23,14 @@ import torch
 from core.atomic import write_json_atomic
 from core.lookahead.auto import AutoChooser, Calibration, Cancelled, calibrate, calibrate_dtypes
 from core.lookahead.model_step import step_kind
+from core.models.cpu_packed import is_packed, pack_if_faster, pack_model
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import CancelToken, ProgressCallback, no_progress
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 2  # 2: the step cost of the lean LLaMA step
+CALIBRATION_VERSION = 3  # 2: the step cost of the lean LLaMA step; 3: weights packed for the CPU where faster
 STAGE = "Measuring this machine for Auto (once)"
 
 
@@ -64,7 +65,7 @@ def ensure_calibrated(
     cached = _read(path)
     if cached is not None:
         calibration = cached
-        _convert(loaded, calibration.dtype, calibration.quantization)
+        _convert(loaded, calibration.dtype, calibration.quantization, calibration.packed)
     else:
         try:
             calibration = _measure(loaded, progress, cancel)
@@ -129,16 +130,22 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
     report = lambda fraction: progress(STAGE, min(fraction, 0.99))  # noqa: E731
     tries_dtypes = loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none"
     if not tries_dtypes or loaded.dtype != torch.float32:
-        return calibrate(loaded.model, progress=report, cancelled=cancelled)
+        packed = pack_if_faster(loaded.model, cancelled)
+        calibration = calibrate(loaded.model, progress=report, cancelled=cancelled)
+        calibration.packed = packed
+        return calibration
     models = {"fp32": loaded.model, "bf16": copy.deepcopy(loaded.model).to(torch.bfloat16)}
     if loaded.requested_quantization == "auto":
         models["int8"] = _int8_copy(loaded.model)
     try:
+        for name in ("fp32", "bf16"):  # after the copies are made: packing replaces the float layers
+            pack_if_faster(models[name], cancelled)
         calibration = calibrate_dtypes(models, progress=report, cancelled=cancelled)
         if calibration.quantization == "8bit":
             loaded.model, loaded.dtype, loaded.quantization = models["int8"], torch.bfloat16, "8bit"
         elif calibration.dtype_label == "bf16":
             loaded.model, loaded.dtype = models["bf16"], torch.bfloat16
+        calibration.packed = is_packed(loaded.model)
         return calibration
     finally:
         models.clear()  # the copies not kept are freed; no gc.collect() here: on this (worker) thread it can
@@ -154,15 +161,16 @@ def _int8_copy(model: Any) -> Any:
     return copied.to(torch.bfloat16)
 
 
-def _convert(loaded: LoadedModel, dtype_name: str, quantization: str) -> None:
-    """Move the model to the dtype (and int8 weights) a cached calibration chose (CPU, dtype auto)."""
+def _convert(loaded: LoadedModel, dtype_name: str, quantization: str, packed: bool) -> None:
+    """Put the model in the dtype, int8 weights and weight layout a cached calibration chose (CPU)."""
     if quantization == "8bit" and loaded.quantization == "none":
         loaded.model, loaded.dtype, loaded.quantization = _int8_copy(loaded.model), torch.bfloat16, "8bit"
-        return
     dtype = getattr(torch, dtype_name, None)
     if isinstance(dtype, torch.dtype) and dtype != loaded.dtype and loaded.quantization == "none":
         loaded.model = loaded.model.to(dtype)
         loaded.dtype = dtype
+    if packed and loaded.device.type == "cpu":
+        pack_model(loaded.model)
 
 
 def _read(path: Path) -> Calibration | None:

@@ -8,6 +8,7 @@ mask) after ``context`` cached tokens, alternating between implementations.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,9 +19,10 @@ import torch
 from core.lookahead.llama_step import LlamaStep, supports_llama_step
 from core.lookahead.model_step import ModelStep, TransformersStep, causal_mask
 from core.lookahead.stats import device_sync
+from core.models.cpu_packed import is_packed, pack_model, packing_available
 
 CATEGORIES = ("weights", "attention", "cache", "other ops", "python and dispatch")
-_WEIGHT_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu", "aten::linear")
+_WEIGHT_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu", "aten::linear")
 _CACHE_OPS = ("aten::cat", "aten::copy_", "aten::index", "aten::index_put_", "aten::slice_scatter", "aten::zeros", "aten::fill_")
 
 
@@ -46,10 +48,15 @@ def category(op: str) -> str:
 
 
 def implementations(model: Any, capacity: int) -> dict[str, ModelStep]:
-    """Every step implementation that runs ``model``, by name."""
+    """Every step implementation that runs ``model``, by name; on the CPU also the lean step over a
+    copy with packed weights."""
     steps: dict[str, ModelStep] = {"transformers": TransformersStep(model, lookahead=True)}
     if supports_llama_step(model):
         steps["lean"] = LlamaStep(model, capacity)
+        if model.device.type == "cpu" and packing_available() and not is_packed(model):
+            packed = copy.deepcopy(model)
+            pack_model(packed)
+            steps["lean, packed weights"] = LlamaStep(packed, capacity)
     return steps
 
 

@@ -8,6 +8,7 @@ import torch
 
 from core import calibration as cal
 from core.models import LoadOptions, ModelSource, load_model
+from core.models.cpu_packed import is_packed
 from core.progress import CancelToken
 
 
@@ -50,6 +51,8 @@ def test_cpu_dtype_auto_keeps_the_dtype_whose_plain_step_is_faster(tiny_model_fo
     again = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
     cal.ensure_calibrated(again, app_paths, lambda stage, f: (_ for _ in ()).throw(AssertionError("measured again")))
     assert again.dtype == loaded.dtype
+    # the weight layout measured faster is recorded and taken again from the cache
+    assert is_packed(again.model) == is_packed(loaded.model) == calibration.packed
 
 
 def test_cpu_quantization_auto_takes_int8_only_when_clearly_faster(tiny_model_folder, app_paths) -> None:

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from core.bench.overhead import CATEGORIES, category, profile_steps, profile_table
+from core.models.cpu_packed import packing_available
 from tests.conftest import make_model, tiny_llama_config
 
 
 def test_operators_fall_into_the_categories_that_explain_a_step() -> None:
-    assert category("aten::mm") == category("aten::addmm") == "weights"
+    assert category("aten::mm") == category("aten::addmm") == category("mkldnn::_linear_pointwise") == "weights"
     assert category("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
     assert category("aten::cat") == category("aten::copy_") == "cache"
     assert category("aten::mul") == "other ops"
 
 
-def test_both_implementations_are_profiled_and_their_parts_add_up() -> None:
+def test_every_implementation_is_profiled_and_their_parts_add_up() -> None:
     model = make_model(tiny_llama_config(96), seed=0)
     profiles = profile_steps(model, sizes=(1, 6), context=512, repeats=5)
-    assert [(p.implementation, p.size) for p in profiles] == [("transformers", 1), ("lean", 1), ("transformers", 6), ("lean", 6)]
+    names = ["transformers", "lean"] + (["lean, packed weights"] if packing_available() else [])
+    assert [(p.implementation, p.size) for p in profiles] == [(n, s) for s in (1, 6) for n in names]
     for p in profiles:
         assert set(p.parts_ms) == set(CATEGORIES) and p.parts_ms["weights"] > 0 and p.parts_ms["attention"] > 0
     cache_copies = {p.implementation: p.parts_ms["cache"] for p in profiles if p.size == 1}

@@ -73,6 +73,20 @@ def test_a_causal_multi_token_step_after_the_cache_matches_transformers() -> Non
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_one_token_half_precision_steps_attend_as_transformers_does(dtype: torch.dtype) -> None:
+    model = _tiny("llama", seed=5).to(dtype)
+    lean, reference = LlamaStep(model, capacity=64), TransformersStep(model, lookahead=True)
+    ids = torch.randint(0, 96, (40,), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        lean.forward(ids[:30], torch.arange(30), 1)
+        reference.forward(ids[:30], torch.arange(30), 1)
+        for position in range(30, 40):  # the grouped products, not torch's kernel: the same attention, rounded apart
+            got = lean.forward(ids[position : position + 1], torch.tensor([position]), 1).float()
+            want = reference.forward(ids[position : position + 1], torch.tensor([position]), 1).float()
+            torch.testing.assert_close(got, want, rtol=0.02, atol=0.02 * want.abs().max().item())
+
+
 def test_only_architectures_it_computes_exactly_take_the_lean_step() -> None:
     assert supports_llama_step(_tiny("llama")) and supports_llama_step(_tiny("qwen2"))
     assert not supports_llama_step(_tiny("gemma"))  # scaled embeddings, (1 + w) norms

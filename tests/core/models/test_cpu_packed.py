@@ -1,0 +1,91 @@
+"""CPU weights packed for oneDNN: same products, conversions that still work, decoding that stays exact."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from core.lookahead import Decoding, LookaheadConfig
+from core.models.cpu_packed import PackedLinear, is_packed, pack_if_faster, pack_model, packing_available, unpack_model
+from tests.conftest import make_model, tiny_llama_config
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN")
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_layer_computes_the_linear(bias: bool, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 96, bias=bias).to(dtype)
+    packed = PackedLinear.from_linear(linear)
+    for shape in [(1, 64), (7, 64), (1, 5, 64)]:
+        x = torch.randn(shape, dtype=dtype)
+        tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(packed(x), linear(x).detach(), rtol=tolerance, atol=tolerance)
+    back = packed.to_linear()
+    assert torch.equal(back.weight, linear.weight) and (not bias or torch.equal(back.bias, linear.bias))
+
+
+def test_pack_and_unpack_keep_every_weight_and_leave_the_embedding_alone() -> None:
+    model = make_model(tiny_llama_config(256))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert pack_model(model) == 2 * 7 + 1  # q k v o gate up down per layer, and the head
+    assert is_packed(model) and isinstance(model.lm_head, PackedLinear)
+    packed_state = model.state_dict()  # the plain weights, under the same names (export saves them)
+    assert packed_state.keys() == before.keys() and all(torch.equal(before[k], packed_state[k]) for k in before)
+    assert isinstance(model.get_input_embeddings(), nn.Embedding)
+    assert not any(type(m) is nn.Linear for m in model.modules())
+    assert unpack_model(model) == 15 and not is_packed(model)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if k != "lm_head.weight")
+    assert torch.equal(model.lm_head.weight, before.get("lm_head.weight", before["model.embed_tokens.weight"]))
+
+
+def test_a_packed_model_converts_and_copies() -> None:
+    model = make_model(tiny_llama_config(256))
+    reference = copy.deepcopy(model).to(torch.bfloat16)
+    pack_model(model)
+    copied = copy.deepcopy(model)
+    converted = model.to(torch.bfloat16)
+    assert converted.lm_head.packed.dtype == torch.bfloat16 and copied.lm_head.packed.dtype == torch.float32
+    unpack_model(converted)
+    assert torch.equal(converted.model.layers[0].mlp.up_proj.weight, reference.model.layers[0].mlp.up_proj.weight)
+    with pytest.raises(ValueError, match="CPU"):
+        PackedLinear(torch.zeros(2, 2, device="meta"), None)
+
+
+def _decode(model: nn.Module, prompt: list[int], config: LookaheadConfig | None = None, tokens: int = 48) -> Decoding:
+    decoding = Decoding(model, prompt, lookahead=config, max_new_tokens=tokens)
+    list(decoding)
+    return decoding
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_lookahead_on_packed_weights_equals_plain_and_generate(seed: int) -> None:
+    model = make_model(tiny_llama_config(96), seed=seed)
+    head = torch.randint(3, 96, (20,), generator=torch.Generator().manual_seed(seed)).tolist()
+    prompt = head + head  # repeats: the prompt's n-grams give drafts that get accepted
+    pack_model(model)
+    plain = _decode(model, prompt)
+    assert len(plain.tokens) == 48
+    for config in (LookaheadConfig(5, 4, 5), LookaheadConfig(0, 4, 2), LookaheadConfig(3, 3, 3)):
+        steps = len(list(lookahead := Decoding(model, prompt, lookahead=config, max_new_tokens=48)))
+        assert lookahead.tokens == plain.tokens, config.label
+        assert steps < 24  # multi-token steps were accepted: the packed products ran at several widths
+    with torch.inference_mode():
+        generated = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False, eos_token_id=None,
+                                   pad_token_id=0)[0, len(prompt):].tolist()
+    assert generated == plain.tokens
+
+
+def test_pack_if_faster_leaves_the_model_in_the_layout_it_reports() -> None:
+    model = make_model(tiny_llama_config(256))
+    prompt = list(range(3, 30))
+    expected = _decode(model, prompt, tokens=16).tokens
+    packed = pack_if_faster(model)
+    assert packed == is_packed(model)
+    assert _decode(model, prompt, tokens=16).tokens == expected
+    assert pack_if_faster(model) == packed  # measured once: a packed model stays packed
