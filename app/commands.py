@@ -219,9 +219,12 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     import time
     from pathlib import Path
 
+    import torch
+
     from core.bench.report import markdown_table, report_json, summarize
     from core.bench.runner import AUTO, PLAIN_LOOP, REFERENCE, BenchRunner, Method
     from core.bench.suites import load_suite
+    from core.calibration import int8_copy
     from core.lookahead.auto import AutoChooser, calibrate, calibrate_dtypes
     from core.models.cpu_packed import pack_if_faster
 
@@ -242,12 +245,18 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
         except ValueError as err:
             print(f"error: bad --configs entry '{spec}': give 'auto' or W:N:G such as 7:5:7 ({err}).", file=sys.stderr)
             return 1
+    if args.threads:
+        torch.set_num_threads(args.threads)
     settings, loaded = load_from_args(args, paths)
     if args.overhead:
         return _overhead(loaded)
+    variants = {}
     if not dtypes and loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none":
         dtypes = ["fp32", "bf16"]  # what the app's Auto chooses between on the CPU
-    runner = BenchRunner(loaded, args.max_new_tokens, extra_dtypes=dtypes, repetition_penalty=args.repetition_penalty)
+        if loaded.requested_quantization == "auto":
+            variants["int8"] = int8_copy(loaded.model)  # and int8 weights, when they are clearly faster
+    runner = BenchRunner(loaded, args.max_new_tokens, extra_dtypes=dtypes, repetition_penalty=args.repetition_penalty,
+                         extra_models=variants)
     names = list(runner.models)
     layouts = {name: pack_if_faster(model) for name, model in runner.models.items()}  # as the app's calibration does
     print("weights: " + ", ".join(f"{n} {'packed' if p else 'plain layout'}" for n, p in layouts.items()), file=sys.stderr)
@@ -257,8 +266,8 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
         start = time.perf_counter()
         calibration = calibrate_dtypes(runner.models) if len(names) > 1 else calibrate(loaded.model)
         runner.chooser = AutoChooser(calibration)
-        print(f"{calibration.reason}; dtype {calibration.dtype_label}; calibration {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    run_dtype = calibration.dtype_label if calibration else names[0]
+        print(f"{calibration.reason}; runs {calibration.variant}; calibration {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    run_dtype = calibration.variant if calibration else names[0]
     methods: list[Method] = []
     for d in names:
         if not args.no_peers:
@@ -280,8 +289,6 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     results = runner.run(suites, methods, _progress_printer("bench: "))
     rows = summarize(results, REFERENCE + tag(names[0]), PLAIN_LOOP + tag(names[0]))
     penalty = f", repetition penalty {args.repetition_penalty}" if args.repetition_penalty != 1.0 else ""
-    import torch
-
     title = (f"{loaded.name}, {loaded.device_info.label}, {'/'.join(names)}, {torch.get_num_threads()} threads, "
              f"{args.max_new_tokens} new tokens{penalty}")
     print(markdown_table(rows, title))

@@ -15,6 +15,8 @@ import hashlib
 import json
 import logging
 import platform
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,17 +128,25 @@ def save_tokens_per_step(loaded: LoadedModel, paths: AppPaths, measured: dict[st
 
 
 def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToken | None) -> Calibration:
+    start = time.perf_counter()
     cancelled = (lambda: cancel.cancelled) if cancel is not None else None
     report = lambda fraction: progress(STAGE, min(fraction, 0.99))  # noqa: E731
     tries_dtypes = loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none"
-    if not tries_dtypes or loaded.dtype != torch.float32:
+    if tries_dtypes and loaded.dtype == torch.float32:
+        calibration = _measure_variants(loaded, report, cancelled)
+    else:
         packed = pack_if_faster(loaded.model, cancelled)
         calibration = calibrate(loaded.model, progress=report, cancelled=cancelled)
         calibration.packed = packed
-        return calibration
+    calibration.seconds = time.perf_counter() - start  # copies, weight layouts and curves: all the user waited for
+    return calibration
+
+
+def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], cancelled: Callable[[], bool] | None) -> Calibration:
+    """fp32, bf16 and (quantization auto) int8 weights, each float one in its faster layout; keep the fastest."""
     models = {"fp32": loaded.model, "bf16": copy.deepcopy(loaded.model).to(torch.bfloat16)}
     if loaded.requested_quantization == "auto":
-        models["int8"] = _int8_copy(loaded.model)
+        models["int8"] = int8_copy(loaded.model)
     try:
         for name in ("fp32", "bf16"):  # after the copies are made: packing replaces the float layers
             pack_if_faster(models[name], cancelled)
@@ -152,7 +162,7 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
         # destroy Qt objects off the GUI thread, a crash (app/gc_guard.py collects on the GUI thread)
 
 
-def _int8_copy(model: Any) -> Any:
+def int8_copy(model: Any) -> Any:
     """The model with int8 weights and bf16 activations (what ``8bit`` means on the CPU)."""
     from core.models.cpu_quant import quantize_model
 
@@ -164,13 +174,16 @@ def _int8_copy(model: Any) -> Any:
 def _convert(loaded: LoadedModel, dtype_name: str, quantization: str, packed: bool) -> None:
     """Put the model in the dtype, int8 weights and weight layout a cached calibration chose (CPU)."""
     if quantization == "8bit" and loaded.quantization == "none":
-        loaded.model, loaded.dtype, loaded.quantization = _int8_copy(loaded.model), torch.bfloat16, "8bit"
+        loaded.model, loaded.dtype, loaded.quantization = int8_copy(loaded.model), torch.bfloat16, "8bit"
     dtype = getattr(torch, dtype_name, None)
     if isinstance(dtype, torch.dtype) and dtype != loaded.dtype and loaded.quantization == "none":
         loaded.model = loaded.model.to(dtype)
         loaded.dtype = dtype
     if packed and loaded.device.type == "cpu":
-        pack_model(loaded.model)
+        try:
+            pack_model(loaded.model)
+        except RuntimeError as err:  # measured packable here, so not expected; the plain layout still answers
+            log.warning("weights stay in the plain layout: %s", err)
 
 
 def _read(path: Path) -> Calibration | None:

@@ -100,8 +100,9 @@ class BenchRunner:
         loaded: the model (its dtype is the first one).
         max_new_tokens: answer length.
         extra_dtypes: further dtypes to run methods in (the model is copied and cast once each).
+        extra_models: further variants of the model by name (``int8``: int8 weights, as Auto may pick on the CPU).
         repetition_penalty: applied by every method (1.1 is the chat default); 1.0 is plain greedy.
-        chooser: Auto's chooser for ``auto`` methods; it runs on the model of its calibration's dtype.
+        chooser: Auto's chooser for ``auto`` methods; it runs on the model variant its calibration chose.
     """
 
     def __init__(
@@ -111,6 +112,7 @@ class BenchRunner:
         extra_dtypes: Sequence[str] = (),
         repetition_penalty: float = 1.0,
         chooser: AutoChooser | None = None,
+        extra_models: dict[str, Any] | None = None,
     ) -> None:
         self.loaded = loaded
         self.max_new_tokens = max_new_tokens
@@ -122,6 +124,7 @@ class BenchRunner:
         for name in extra_dtypes:
             if name not in self.models:
                 self.models[name] = copy.deepcopy(loaded.model).to(casts[name])
+        self.models.update(extra_models or {})
         self._cancel = CancelToken()
 
     @property
@@ -188,7 +191,7 @@ class BenchRunner:
 
     def _dtype_of(self, method: Method) -> str:
         if method.kind == AUTO and self.chooser is not None:
-            return self.chooser.calibration.dtype_label
+            return self.chooser.calibration.variant
         return method.dtype or self.first_dtype
 
     def _pool_for(self, method: Method, pools: dict[str, NGramPool], user_text: str) -> NGramPool | None:

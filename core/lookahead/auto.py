@@ -97,7 +97,7 @@ class StepCostCurve:
         return cls(sizes, seconds)
 
 
-INT8_MARGIN = 1.1  # int8 weights must make the plain step this much cheaper to be chosen over float
+INT8_MARGIN = 1.1  # int8 weights must make Auto's expected speed this much higher to be chosen over float
 
 
 class Cancelled(Exception):
@@ -212,10 +212,21 @@ class Calibration:
         return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(self.dtype, self.dtype)
 
     @property
+    def variant(self) -> str:
+        """The model variant it measured, as the bench names them: ``int8`` for int8 weights, else the dtype label."""
+        return "int8" if self.quantization == "8bit" else self.dtype_label
+
+    @property
     def choice(self) -> LookaheadConfig | None:
         """The setting Auto starts with: the best prediction, or ``None`` (plain) if none wins by a margin."""
         best = self.estimates[0] if self.estimates else None
         return best.setting if best is not None and best.speedup >= START_MARGIN else None
+
+    @property
+    def expected_rate(self) -> float:
+        """Tokens per second Auto expects to start with: its choice's predicted speed, or plain's."""
+        speedup = self.estimates[0].speedup if self.choice is not None else 1.0
+        return speedup / self.curve.seconds[0]
 
     @property
     def best_lookahead(self) -> LookaheadConfig:
@@ -303,26 +314,35 @@ def calibrate(
 
 def calibrate_dtypes(models: dict[str, Any], progress: Callable[[float], None] | None = None,
                      cancelled: Callable[[], bool] | None = None) -> Calibration:
-    """Calibrate the same model in several dtypes (name -> model); keep the one whose plain step is fastest.
-
-    An entry named ``int8`` (int8 weights: answers change slightly) is kept only when its step is
-    at least :data:`INT8_MARGIN` times cheaper than the fastest float one. The result's
-    ``dtype_seconds`` holds every entry's one-token step cost (the int8 one under ``int8``).
-    """
+    """Calibrate the same model in several variants (name -> model) and keep one (:func:`choose_variant`)."""
     start = time.perf_counter()
     results: dict[str, Calibration] = {}
     for i, (name, model) in enumerate(models.items()):
         part = (lambda f, i=i: progress((i + f) / len(models))) if progress is not None else None
         results[name] = calibrate(model, progress=part, cancelled=cancelled)
-    int8 = results.pop("int8", None)
-    chosen = min(results.values(), key=lambda c: c.curve.seconds[0])
-    seconds = {c.dtype: c.curve.seconds[0] for c in results.values()}
+    chosen = choose_variant(results)
+    chosen.seconds = time.perf_counter() - start
+    return chosen
+
+
+def choose_variant(results: dict[str, Calibration]) -> Calibration:
+    """The float dtype whose plain step is fastest, or int8 weights where they clearly speed up Auto.
+
+    An entry named ``int8`` (int8 weights: answers change slightly) is kept only when Auto's
+    expected speed on it (:attr:`Calibration.expected_rate`) is at least :data:`INT8_MARGIN` times
+    that on the chosen float one: int8 steps are cheap for one token but grow fast with the tokens
+    fed, so a cheaper plain step alone does not make Auto faster. The result's ``dtype_seconds``
+    holds every entry's one-token step cost (the int8 one under ``int8``).
+    """
+    floats = {name: c for name, c in results.items() if name != "int8"}
+    chosen = min(floats.values(), key=lambda c: c.curve.seconds[0])
+    seconds = {c.dtype: c.curve.seconds[0] for c in floats.values()}
+    int8 = results.get("int8")
     if int8 is not None:
         seconds["int8"] = int8.curve.seconds[0]
-        if int8.curve.seconds[0] * INT8_MARGIN <= chosen.curve.seconds[0]:
+        if int8.expected_rate >= INT8_MARGIN * chosen.expected_rate:
             chosen, chosen.quantization = int8, "8bit"
     chosen.dtype_seconds = seconds
-    chosen.seconds = time.perf_counter() - start
     return chosen
 
 

@@ -13,11 +13,14 @@ move off the CPU.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 PACK_MARGIN = 1.03  # packed steps must be this much cheaper to be kept (else the plain layout stays)
 
@@ -83,20 +86,21 @@ def pack_model(model: nn.Module) -> int:
 
     Quantized linears (subclasses, int8/int4 modules) are left alone. A head tied to the embedding
     gets its own packed copy; the embedding keeps the shared weight. Returns how many were packed.
+    Raises RuntimeError where oneDNN cannot pack the dtype here (at the first layer, before any change).
     """
-    targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+    targets = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
                if type(child) is nn.Linear and child.weight.is_floating_point()]
-    for parent, name, child in targets:
-        setattr(parent, name, PackedLinear.from_linear(child))
+    for parent, name in targets:  # one at a time: each plain weight can be freed once its packed copy is in
+        setattr(parent, name, PackedLinear.from_linear(getattr(parent, name)))
     return len(targets)
 
 
 def unpack_model(model: nn.Module) -> int:
     """Undo :func:`pack_model`: every :class:`PackedLinear` back to an ``nn.Linear``. Returns how many."""
-    targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+    targets = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
                if isinstance(child, PackedLinear)]
-    for parent, name, child in targets:
-        setattr(parent, name, child.to_linear())
+    for parent, name in targets:
+        setattr(parent, name, getattr(parent, name).to_linear())
     return len(targets)
 
 
@@ -107,7 +111,9 @@ def is_packed(model: nn.Module) -> bool:
 def pack_if_faster(model: Any, cancelled: Callable[[], bool] | None = None) -> bool:
     """Measure a 1-token and an 8-token step in both layouts; leave ``model`` in the faster one.
 
-    Returns True when it is left packed. A CPU float model only; anything else stays as it is.
+    Returns True when it is left packed. A CPU float model only; anything else stays as it is, and
+    so does a model whose dtype this processor's oneDNN cannot pack (bf16 without AVX-512 or
+    AVX-NE-CONVERT, for one).
     """
     from core.lookahead.auto import measure_step_seconds
 
@@ -115,9 +121,14 @@ def pack_if_faster(model: Any, cancelled: Callable[[], bool] | None = None) -> b
         return is_packed(model)
     sizes = (1, 8)
     plain = measure_step_seconds(model, sizes, context=128, repeats=3, cancelled=cancelled)
-    if not pack_model(model):
+    try:
+        if not pack_model(model):
+            return False
+        packed = measure_step_seconds(model, sizes, context=128, repeats=3, cancelled=cancelled)
+    except RuntimeError as err:  # oneDNN refuses this dtype on this processor
+        log.info("weights stay in the plain layout: %s", err)
+        unpack_model(model)
         return False
-    packed = measure_step_seconds(model, sizes, context=128, repeats=3, cancelled=cancelled)
     if sum(packed) * PACK_MARGIN <= sum(plain):
         return True
     unpack_model(model)

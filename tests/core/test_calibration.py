@@ -56,16 +56,14 @@ def test_cpu_dtype_auto_keeps_the_dtype_whose_plain_step_is_faster(tiny_model_fo
 
 
 def test_cpu_quantization_auto_takes_int8_only_when_clearly_faster(tiny_model_folder, app_paths) -> None:
-    from core.lookahead.auto import INT8_MARGIN
     from core.models.cpu_quant import Int8WeightLinear
 
     loaded = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
     assert loaded.requested_quantization == "auto" and loaded.quantization == "none"
     calibration = cal.ensure_calibrated(loaded, app_paths)
-    seconds = calibration.dtype_seconds
-    assert set(seconds) == {"float32", "bfloat16", "int8"}
-    int8_wins = seconds["int8"] * INT8_MARGIN <= min(seconds["float32"], seconds["bfloat16"])
-    assert (calibration.quantization == "8bit") == int8_wins == (loaded.quantization == "8bit")
+    assert set(calibration.dtype_seconds) == {"float32", "bfloat16", "int8"}
+    int8_wins = calibration.quantization == "8bit"  # the rule itself: test_auto.py, test_int8_is_kept_only_where_it_speeds_up_auto
+    assert int8_wins == (loaded.quantization == "8bit")
     assert isinstance(loaded.model.lm_head, Int8WeightLinear) == int8_wins
     assert ("int8 weights" in calibration.reason) == int8_wins
     again = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)

@@ -69,6 +69,26 @@ def test_runner_runs_each_dtype_and_auto_with_the_chat_repetition_penalty(tiny_l
     assert {r.fastest_plain for r in rows} <= {"plain loop [fp32]", "plain loop [bf16]", "generate [bf16]"}
 
 
+def test_auto_runs_on_the_model_variant_its_calibration_chose(tiny_loaded) -> None:
+    from core.calibration import int8_copy
+    from core.lookahead.auto import AutoChooser, calibrate_dtypes
+
+    int8 = int8_copy(tiny_loaded.model)
+    runner = BenchRunner(tiny_loaded, max_new_tokens=6, extra_models={"int8": int8})
+    assert set(runner.models) == {"fp32", "int8"}
+    calibration = calibrate_dtypes(runner.models)
+    calibration.quantization = "8bit"  # as when int8 weights measure clearly faster
+    assert calibration.variant == "int8"
+    runner.chooser = AutoChooser(calibration)
+    forwards: list[int] = []
+    hook = int8.get_input_embeddings().register_forward_hook(lambda *args: forwards.append(1))
+    try:
+        results = runner.run([load_suite("chat", 1)], [Method("auto", "auto")])
+    finally:
+        hook.remove()
+    assert results and len(forwards) >= sum(r.steps for r in results)  # every step ran on the int8 model
+
+
 def test_runner_order_rotates_between_prompts(tiny_loaded) -> None:
     methods = [Method("plain loop", "loop"), Method("lookahead", "loop", LookaheadConfig(3, 3, 3))]
     results = BenchRunner(tiny_loaded, max_new_tokens=4).run([load_suite("chat", 2)], methods)

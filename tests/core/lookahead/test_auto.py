@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from core.lookahead import Decoding, LookaheadConfig, lookahead_generate
-from core.lookahead.auto import AutoChooser, Calibration, StepCostCurve, calibrate, calibrate_dtypes, grid, predict
+from core.lookahead.auto import (AutoChooser, Calibration, StepCostCurve, calibrate, calibrate_dtypes, choose_variant, grid,
+                                 predict)
 from tests.conftest import make_model, tiny_llama_config
 
 # Step cost curves as measured with measure_step_seconds on two 2-core machines: a CPU where a wide step
@@ -49,6 +50,22 @@ def test_auto_runs_plain_where_lookahead_cannot_win() -> None:
     assert calibration.reason.startswith("Auto: plain, lookahead would not be faster on this CPU")
     assert calibration.arms() == [None]  # nothing is even tried: every setting is predicted slower
     assert all(e.speedup < 0.95 for e in calibration.estimates)
+
+
+def test_int8_is_kept_only_where_it_speeds_up_auto() -> None:
+    def measured(dtype: str, curve: StepCostCurve) -> Calibration:
+        return Calibration("cpu", dtype, curve, predict(curve, grid("cpu")), 1.0)
+
+    bf16 = StepCostCurve((1, 2, 4, 8, 16, 32), (0.025, 0.025, 0.025, 0.028, 0.036, 0.052))  # flat: lookahead pays
+    fp32 = StepCostCurve((1, 2, 4, 8, 16, 32), (0.033, 0.034, 0.035, 0.040, 0.050, 0.080))
+    cheap_but_steep = StepCostCurve((1, 2, 4, 8, 16, 32), (0.022, 0.030, 0.045, 0.070, 0.120, 0.220))
+    chosen = choose_variant({"fp32": measured("float32", fp32), "bf16": measured("bfloat16", bf16),
+                             "int8": measured("bfloat16", cheap_but_steep)})
+    assert chosen.dtype == "bfloat16" and chosen.quantization == "none" and chosen.variant == "bf16"
+    assert chosen.dtype_seconds == {"float32": 0.033, "bfloat16": 0.025, "int8": 0.022}  # its plain step is the cheapest
+    flat_and_cheap = StepCostCurve((1, 2, 4, 8, 16, 32), (0.015, 0.015, 0.016, 0.018, 0.024, 0.035))
+    chosen = choose_variant({"bf16": measured("bfloat16", bf16), "int8": measured("bfloat16", flat_and_cheap)})
+    assert chosen.quantization == "8bit" and chosen.variant == "int8" and "int8 weights" in chosen.reason
 
 
 def test_learned_tokens_per_step_replace_the_priors() -> None:

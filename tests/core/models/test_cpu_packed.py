@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -89,3 +93,22 @@ def test_pack_if_faster_leaves_the_model_in_the_layout_it_reports() -> None:
     assert packed == is_packed(model)
     assert _decode(model, prompt, tokens=16).tokens == expected
     assert pack_if_faster(model) == packed  # measured once: a packed model stays packed
+
+
+def test_a_processor_that_cannot_pack_the_dtype_keeps_the_plain_layout() -> None:
+    """oneDNN packs bf16 only with AVX-512 (or AVX-NE-CONVERT): capped at AVX2, the model stays as it was."""
+    script = (
+        "import torch\n"
+        "from core.lookahead import Decoding\n"
+        "from core.models.cpu_packed import is_packed, pack_if_faster\n"
+        "from tests.conftest import make_model, tiny_llama_config\n"
+        "model = make_model(tiny_llama_config(96)).to(torch.bfloat16)\n"
+        "print(pack_if_faster(model), is_packed(model))\n"
+        "decoding = Decoding(model, list(range(3, 20)), max_new_tokens=8)\n"
+        "print(len([s for s in decoding]) > 0, len(decoding.tokens))\n"
+    )
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "True", "8"]
