@@ -226,7 +226,7 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.bench.suites import load_suite
     from core.calibration import int8_copy
     from core.lookahead.auto import AutoChooser, calibrate, calibrate_dtypes
-    from core.models.cpu_packed import pack_if_faster
+    from core.models.cpu_packed import choose_layout
 
     try:
         suites = [load_suite(name.strip(), args.limit) for name in args.suites.split(",") if name.strip()]
@@ -258,8 +258,8 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     runner = BenchRunner(loaded, args.max_new_tokens, extra_dtypes=dtypes, repetition_penalty=args.repetition_penalty,
                          extra_models=variants)
     names = list(runner.models)
-    layouts = {name: pack_if_faster(model) for name, model in runner.models.items()}  # as the app's calibration does
-    print("weights: " + ", ".join(f"{n} {'packed' if p else 'plain layout'}" for n, p in layouts.items()), file=sys.stderr)
+    layouts = {name: choose_layout(model) for name, model in runner.models.items()}  # as the app's calibration does
+    print("weight layouts: " + ", ".join(f"{name} {layout}" for name, layout in layouts.items()), file=sys.stderr)
     tag = (lambda d: f" [{d}]") if len(names) > 1 else (lambda d: "")
     calibration = None
     if "auto" in specs:
@@ -294,7 +294,7 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     print(markdown_table(rows, title))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtypes": names, "packed": layouts, "threads": torch.get_num_threads(),
+    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtypes": names, "layouts": layouts, "threads": torch.get_num_threads(),
             "max_new_tokens": args.max_new_tokens, "repetition_penalty": args.repetition_penalty,
             "seconds": time.perf_counter() - start, "suites": [s.name for s in suites], "methods": [m.name for m in methods],
             "calibration": calibration.as_dict() if calibration else None,

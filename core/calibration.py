@@ -25,14 +25,14 @@ import torch
 from core.atomic import write_json_atomic
 from core.lookahead.auto import AutoChooser, Calibration, Cancelled, calibrate, calibrate_dtypes
 from core.lookahead.model_step import step_kind
-from core.models.cpu_packed import is_packed, pack_if_faster, pack_model
+from core.models.cpu_packed import PLAIN, apply_layout, choose_layout, layout_of
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import CancelToken, ProgressCallback, no_progress
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 3  # 2: the step cost of the lean LLaMA step; 3: weights packed for the CPU where faster
+CALIBRATION_VERSION = 3  # 2: the step cost of the lean LLaMA step; 3: the CPU weight layout measured fastest
 STAGE = "Measuring this machine for Auto (once)"
 
 
@@ -67,7 +67,7 @@ def ensure_calibrated(
     cached = _read(path)
     if cached is not None:
         calibration = cached
-        _convert(loaded, calibration.dtype, calibration.quantization, calibration.packed)
+        _convert(loaded, calibration.dtype, calibration.quantization, calibration.layout)
     else:
         try:
             calibration = _measure(loaded, progress, cancel)
@@ -135,9 +135,9 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
     if tries_dtypes and loaded.dtype == torch.float32:
         calibration = _measure_variants(loaded, report, cancelled)
     else:
-        packed = pack_if_faster(loaded.model, cancelled)
+        layout = choose_layout(loaded.model, cancelled)
         calibration = calibrate(loaded.model, progress=report, cancelled=cancelled)
-        calibration.packed = packed
+        calibration.layout = layout
     calibration.seconds = time.perf_counter() - start  # copies, weight layouts and curves: all the user waited for
     return calibration
 
@@ -149,13 +149,13 @@ def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], canc
         models["int8"] = int8_copy(loaded.model)
     try:
         for name in ("fp32", "bf16"):  # after the copies are made: packing replaces the float layers
-            pack_if_faster(models[name], cancelled)
+            choose_layout(models[name], cancelled)
         calibration = calibrate_dtypes(models, progress=report, cancelled=cancelled)
         if calibration.quantization == "8bit":
             loaded.model, loaded.dtype, loaded.quantization = models["int8"], torch.bfloat16, "8bit"
         elif calibration.dtype_label == "bf16":
             loaded.model, loaded.dtype = models["bf16"], torch.bfloat16
-        calibration.packed = is_packed(loaded.model)
+        calibration.layout = layout_of(loaded.model)
         return calibration
     finally:
         models.clear()  # the copies not kept are freed; no gc.collect() here: on this (worker) thread it can
@@ -171,7 +171,7 @@ def int8_copy(model: Any) -> Any:
     return copied.to(torch.bfloat16)
 
 
-def _convert(loaded: LoadedModel, dtype_name: str, quantization: str, packed: bool) -> None:
+def _convert(loaded: LoadedModel, dtype_name: str, quantization: str, layout: str) -> None:
     """Put the model in the dtype, int8 weights and weight layout a cached calibration chose (CPU)."""
     if quantization == "8bit" and loaded.quantization == "none":
         loaded.model, loaded.dtype, loaded.quantization = int8_copy(loaded.model), torch.bfloat16, "8bit"
@@ -179,9 +179,9 @@ def _convert(loaded: LoadedModel, dtype_name: str, quantization: str, packed: bo
     if isinstance(dtype, torch.dtype) and dtype != loaded.dtype and loaded.quantization == "none":
         loaded.model = loaded.model.to(dtype)
         loaded.dtype = dtype
-    if packed and loaded.device.type == "cpu":
+    if layout != PLAIN and loaded.device.type == "cpu":
         try:
-            pack_model(loaded.model)
+            apply_layout(loaded.model, layout)
         except RuntimeError as err:  # measured packable here, so not expected; the plain layout still answers
             log.warning("weights stay in the plain layout: %s", err)
 

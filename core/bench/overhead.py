@@ -19,7 +19,7 @@ import torch
 from core.lookahead.llama_step import LlamaStep, supports_llama_step
 from core.lookahead.model_step import ModelStep, TransformersStep, causal_mask
 from core.lookahead.stats import device_sync
-from core.models.cpu_packed import is_packed, pack_model, packing_available
+from core.models.cpu_packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, layout_of, packing_available, rows_copy_allowed
 
 CATEGORIES = ("weights", "attention", "cache", "other ops", "python and dispatch")
 _WEIGHT_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu", "aten::linear")
@@ -48,15 +48,16 @@ def category(op: str) -> str:
 
 
 def implementations(model: Any, capacity: int) -> dict[str, ModelStep]:
-    """Every step implementation that runs ``model``, by name; on the CPU also the lean step over a
-    copy with packed weights."""
+    """Every step implementation that runs ``model``, by name; on the CPU also the lean step over
+    copies in the other weight layouts."""
     steps: dict[str, ModelStep] = {"transformers": TransformersStep(model, lookahead=True)}
     if supports_llama_step(model):
         steps["lean"] = LlamaStep(model, capacity)
-        if model.device.type == "cpu" and packing_available() and not is_packed(model):
-            packed = copy.deepcopy(model)
-            pack_model(packed)
-            steps["lean, packed weights"] = LlamaStep(packed, capacity)
+        if model.device.type == "cpu" and packing_available() and layout_of(model) == PLAIN:
+            for layout in [PACKED] + ([PACKED_ROWS] if rows_copy_allowed(model) else []):
+                copied = copy.deepcopy(model)
+                apply_layout(copied, layout)
+                steps[f"lean, {layout} weights"] = LlamaStep(copied, capacity)
     return steps
 
 

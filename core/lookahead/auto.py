@@ -194,7 +194,7 @@ class Calibration:
         seconds: how long calibration took.
         dtype_seconds: the one-token step cost per dtype tried (CPU with dtype auto), else empty.
         quantization: ``8bit`` when the caller chose int8 weights because they were faster, else ``none``.
-        packed: the float weights are prepacked for the CPU's kernels (the caller measured it faster).
+        layout: the float weights' layout for the CPU's kernels (``core.models.cpu_packed``), chosen by the caller's measurement.
     """
 
     device: str
@@ -204,7 +204,7 @@ class Calibration:
     seconds: float
     dtype_seconds: dict[str, float] = field(default_factory=dict)
     quantization: str = "none"
-    packed: bool = False
+    layout: str = "plain"
 
     @property
     def dtype_label(self) -> str:
@@ -264,7 +264,7 @@ class Calibration:
             "seconds": self.seconds,
             "dtype_seconds": dict(self.dtype_seconds),
             "quantization": self.quantization,
-            "packed": self.packed,
+            "layout": self.layout,
             "choice": self.choice.label if self.choice else "plain",
             "reason": self.reason,
             "estimates": [
@@ -277,7 +277,7 @@ class Calibration:
         """The same curve, predictions redone with tokens per step measured on this model's answers."""
         settings = [e.setting for e in self.estimates if e.setting is not None]
         return Calibration(self.device, self.dtype, self.curve, predict(self.curve, settings, learned), self.seconds,
-                           self.dtype_seconds, self.quantization, self.packed)
+                           self.dtype_seconds, self.quantization, self.layout)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], learned: dict[str, tuple[float, float]] | None = None) -> "Calibration":
@@ -285,7 +285,7 @@ class Calibration:
         settings = [_parse_label(e["setting"]) for e in data["estimates"] if e["setting"] != "plain"]
         return cls(str(data["device"]), str(data["dtype"]), curve, predict(curve, settings, learned), float(data["seconds"]),
                    {str(k): float(v) for k, v in data.get("dtype_seconds", {}).items()}, str(data.get("quantization", "none")),
-                   bool(data.get("packed", False)))
+                   str(data.get("layout", "plain")))
 
 
 def _parse_label(label: str) -> LookaheadConfig:

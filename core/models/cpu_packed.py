@@ -1,14 +1,19 @@
-"""Float weights prepacked in oneDNN's blocked layout, for the CPU's matrix products.
+"""Float weights laid out for the CPU's matrix products: prepacked for oneDNN, optionally also plain for one-row steps.
 
 ``nn.Linear`` hands oneDNN (or MKL) a plain row-major weight on every call, and the kernels for a
 few rows of input (a decoding step) read it far below the memory's speed; oneDNN's own layout,
-made once, is what its fast kernels want. On the development machine (AVX-512) a 1-token fp32 step
-of the default model went from 58 to 36 ms and a 12-token step from 106 to 47 ms. Whether it pays
-depends on the processor, so :func:`pack_if_faster` measures both layouts where the app runs.
+made once, is what its fast kernels want. On the development machine (AVX-512, 2 threads) a
+1-token fp32 step of the default model went from 53 to 35 ms and a 12-token step from 94 to 43 ms.
 
-A packed model still converts with ``.to(dtype)``, copies with ``copy.deepcopy`` (each layer is
-unpacked, converted and packed again) and gives its plain weights in ``state_dict()``; it cannot
-move off the CPU.
+For a single bf16/fp16 row, torch's own vectorised kernel (reached with oneDNN switched off) beats
+even the packed weights (22 against 27 ms per 1-token bf16 step there), but it is slow for several
+rows; the ``packed+rows`` layout keeps both copies and uses each where it is fast, at twice the
+weights' memory, so it is offered only for models whose float weights fit in
+:data:`ROWS_COPY_LIMIT_BYTES`.
+
+Which layout pays depends on the processor, so :func:`choose_layout` measures them where the app
+runs. A packed model still converts with ``.to(dtype)``, copies with ``copy.deepcopy`` and gives
+its plain weights in ``state_dict()``; it cannot move off the CPU.
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 log = logging.getLogger(__name__)
 
-PACK_MARGIN = 1.03  # packed steps must be this much cheaper to be kept (else the plain layout stays)
+PLAIN, PACKED, PACKED_ROWS = "plain", "packed", "packed+rows"
+LAYOUTS = (PLAIN, PACKED, PACKED_ROWS)
+LAYOUT_MARGIN = 1.03  # a layout must make the measured steps this much cheaper to replace the one before it
+ROWS_COPY_LIMIT_BYTES = 2 * 1024**3  # the extra plain copy of ``packed+rows`` is offered up to this many weight bytes
 
 
 def packing_available() -> bool:
@@ -31,105 +40,131 @@ def packing_available() -> bool:
 
 
 class PackedLinear(nn.Module):
-    """``y = x W^T + b`` with ``W`` in oneDNN's layout; same inputs and outputs as the ``nn.Linear`` it replaces."""
+    """``y = x W^T + b`` with ``W`` in oneDNN's layout (and, with ``rows``, also plain for one-row inputs);
+    same inputs and outputs as the ``nn.Linear`` it replaces."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, rows: bool = False) -> None:
         super().__init__()
         if weight.device.type != "cpu":
             raise ValueError("packed weights are for the CPU only")
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+        self.plain = weight.detach() if rows else None
         self.bias = None if bias is None else bias.detach()
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> "PackedLinear":
-        return cls(linear.weight, linear.bias)
+    def from_linear(cls, linear: nn.Linear, *, rows: bool = False) -> "PackedLinear":
+        return cls(linear.weight, linear.bias, rows=rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.plain is not None and x.numel() == self.in_features:  # one row: torch's own kernel
+            enabled, torch.backends.mkldnn.enabled = torch.backends.mkldnn.enabled, False
+            try:
+                return F.linear(x, self.plain, self.bias)
+            finally:
+                torch.backends.mkldnn.enabled = enabled
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+    def plain_weight(self) -> torch.Tensor:
+        """The plain weight (a new tensor unless the ``rows`` copy is kept)."""
+        return self.plain if self.plain is not None else self.packed.to_dense()
 
     def to_linear(self) -> nn.Linear:
         """The plain ``nn.Linear`` with the same weights."""
         linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, dtype=self.packed.dtype)
-        linear.weight = nn.Parameter(self.packed.to_dense(), requires_grad=False)
+        linear.weight = nn.Parameter(self.plain_weight(), requires_grad=False)
         if self.bias is not None:
             linear.bias = nn.Parameter(self.bias, requires_grad=False)
         return linear
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> "PackedLinear":
         # ``.to(dtype)``, ``.float()`` and the like: convert the plain weights, then pack them again.
-        weight = fn(self.packed.to_dense())
-        bias = None if self.bias is None else fn(self.bias)
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, None) if weight.device.type == "cpu" else _refuse()
-        self.bias = bias
+        weight = fn(self.plain_weight())
+        if weight.device.type != "cpu":
+            raise ValueError("a model with packed CPU weights cannot move off the CPU; load it again for the GPU")
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        self.plain = weight if self.plain is not None else None
+        self.bias = None if self.bias is None else fn(self.bias)
         return self
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
         # ``state_dict()`` holds the plain weights, under the names ``nn.Linear`` gives them (export, saving).
-        destination[prefix + "weight"] = self.packed.to_dense()
+        destination[prefix + "weight"] = self.plain_weight()
         if self.bias is not None:
             destination[prefix + "bias"] = self.bias
 
     def __deepcopy__(self, memo: dict) -> "PackedLinear":
-        return PackedLinear(self.packed.to_dense().clone(), None if self.bias is None else self.bias.clone())
+        bias = None if self.bias is None else self.bias.clone()
+        return PackedLinear(self.plain_weight().clone(), bias, rows=self.plain is not None)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, packed"
+        layout = PACKED_ROWS if self.plain is not None else PACKED
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, {layout}"
 
 
-def _refuse() -> torch.Tensor:
-    raise ValueError("a model with packed CPU weights cannot move off the CPU; load it again for the GPU")
-
-
-def pack_model(model: nn.Module) -> int:
-    """Replace every plain float ``nn.Linear`` (the LM head included) by a :class:`PackedLinear`, in place.
+def apply_layout(model: nn.Module, layout: str) -> int:
+    """Put every plain float ``nn.Linear`` (the LM head included) in ``layout``, in place; returns how many layers.
 
     Quantized linears (subclasses, int8/int4 modules) are left alone. A head tied to the embedding
-    gets its own packed copy; the embedding keeps the shared weight. Returns how many were packed.
-    Raises RuntimeError where oneDNN cannot pack the dtype here (at the first layer, before any change).
+    gets its own packed copy; the embedding keeps the shared weight. Layers change one at a time,
+    so each old weight can be freed as it goes. Raises RuntimeError where oneDNN cannot pack the
+    dtype here (at the first layer, before any change).
     """
-    targets = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
-               if type(child) is nn.Linear and child.weight.is_floating_point()]
-    for parent, name in targets:  # one at a time: each plain weight can be freed once its packed copy is in
-        setattr(parent, name, PackedLinear.from_linear(getattr(parent, name)))
-    return len(targets)
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown weight layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+    current = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
+               if isinstance(child, PackedLinear) or (type(child) is nn.Linear and child.weight.is_floating_point())]
+    for parent, name in current:
+        layer = getattr(parent, name)
+        linear = layer.to_linear() if isinstance(layer, PackedLinear) else layer
+        setattr(parent, name, linear if layout == PLAIN else PackedLinear.from_linear(linear, rows=layout == PACKED_ROWS))
+    return len(current)
 
 
-def unpack_model(model: nn.Module) -> int:
-    """Undo :func:`pack_model`: every :class:`PackedLinear` back to an ``nn.Linear``. Returns how many."""
-    targets = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
-               if isinstance(child, PackedLinear)]
-    for parent, name in targets:
-        setattr(parent, name, getattr(parent, name).to_linear())
-    return len(targets)
+def layout_of(model: nn.Module) -> str:
+    """The layout :func:`apply_layout` put the model's float linears in."""
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    if not packed:
+        return PLAIN
+    return PACKED_ROWS if packed[0].plain is not None else PACKED
 
 
-def is_packed(model: nn.Module) -> bool:
-    return any(isinstance(m, PackedLinear) for m in model.modules())
+def choose_layout(model: Any, cancelled: Callable[[], bool] | None = None) -> str:
+    """Measure a 1-token and an 8-token step in each layout; leave ``model`` in the fastest and return it.
 
-
-def pack_if_faster(model: Any, cancelled: Callable[[], bool] | None = None) -> bool:
-    """Measure a 1-token and an 8-token step in both layouts; leave ``model`` in the faster one.
-
-    Returns True when it is left packed. A CPU float model only; anything else stays as it is, and
-    so does a model whose dtype this processor's oneDNN cannot pack (bf16 without AVX-512 or
-    AVX-NE-CONVERT, for one).
+    A CPU float model only; anything else stays as it is. A dtype this processor's oneDNN cannot
+    pack (bf16 without AVX-512 or AVX-NE-CONVERT, for one) keeps the plain layout.
     """
     from core.lookahead.auto import measure_step_seconds
 
-    if model.device.type != "cpu" or not packing_available() or is_packed(model):
-        return is_packed(model)
-    sizes = (1, 8)
-    plain = measure_step_seconds(model, sizes, context=128, repeats=3, cancelled=cancelled)
+    if model.device.type != "cpu" or not packing_available() or layout_of(model) != PLAIN:
+        return layout_of(model)
+
+    def cost() -> float:
+        return sum(measure_step_seconds(model, (1, 8), context=128, repeats=3, cancelled=cancelled))
+
+    best, best_cost = PLAIN, cost()
+    candidates = [PACKED] + ([PACKED_ROWS] if rows_copy_allowed(model) else [])
     try:
-        if not pack_model(model):
-            return False
-        packed = measure_step_seconds(model, sizes, context=128, repeats=3, cancelled=cancelled)
+        for layout in candidates:
+            if not apply_layout(model, layout):
+                return PLAIN
+            measured = cost()
+            if measured * LAYOUT_MARGIN <= best_cost:
+                best, best_cost = layout, measured
     except RuntimeError as err:  # oneDNN refuses this dtype on this processor
         log.info("weights stay in the plain layout: %s", err)
-        unpack_model(model)
+        best = PLAIN
+    apply_layout(model, best)
+    return best
+
+
+def rows_copy_allowed(model: nn.Module) -> bool:
+    """The plain one-row copy pays only for half precision, and doubles the weights' memory."""
+    linears = [m for m in model.modules() if type(m) is nn.Linear or isinstance(m, PackedLinear)]
+    if not linears:
         return False
-    if sum(packed) * PACK_MARGIN <= sum(plain):
-        return True
-    unpack_model(model)
-    return False
+    first = linears[0]
+    dtype = first.weight.dtype if isinstance(first, nn.Linear) else first.packed.dtype
+    size = sum(m.in_features * m.out_features for m in linears) * torch.finfo(dtype).bits // 8
+    return dtype in (torch.bfloat16, torch.float16) and size <= ROWS_COPY_LIMIT_BYTES

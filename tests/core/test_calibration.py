@@ -8,7 +8,7 @@ import torch
 
 from core import calibration as cal
 from core.models import LoadOptions, ModelSource, load_model
-from core.models.cpu_packed import is_packed
+from core.models.cpu_packed import layout_of
 from core.progress import CancelToken
 
 
@@ -52,7 +52,7 @@ def test_cpu_dtype_auto_keeps_the_dtype_whose_plain_step_is_faster(tiny_model_fo
     cal.ensure_calibrated(again, app_paths, lambda stage, f: (_ for _ in ()).throw(AssertionError("measured again")))
     assert again.dtype == loaded.dtype
     # the weight layout measured faster is recorded and taken again from the cache
-    assert is_packed(again.model) == is_packed(loaded.model) == calibration.packed
+    assert layout_of(again.model) == layout_of(loaded.model) == calibration.layout
 
 
 def test_cpu_quantization_auto_takes_int8_only_when_clearly_faster(tiny_model_folder, app_paths) -> None:

@@ -17,7 +17,7 @@ def test_operators_fall_into_the_categories_that_explain_a_step() -> None:
 def test_every_implementation_is_profiled_and_their_parts_add_up() -> None:
     model = make_model(tiny_llama_config(96), seed=0)
     profiles = profile_steps(model, sizes=(1, 6), context=512, repeats=5)
-    names = ["transformers", "lean"] + (["lean, packed weights"] if packing_available() else [])
+    names = ["transformers", "lean"] + (["lean, packed weights"] if packing_available() else [])  # fp32: no plain row copy
     assert [(p.implementation, p.size) for p in profiles] == [(n, s) for s in (1, 6) for n in names]
     for p in profiles:
         assert set(p.parts_ms) == set(CATEGORIES) and p.parts_ms["weights"] > 0 and p.parts_ms["attention"] > 0
