@@ -97,7 +97,7 @@ class StepCostCurve:
         return cls(sizes, seconds)
 
 
-INT8_MARGIN = 1.1  # int8 weights must make Auto's expected speed this much higher to be chosen over float
+INT8_MARGIN = 1.1  # int8 weights must make the plain step and Auto's expected speed this much faster to be chosen
 
 
 class Cancelled(Exception):
@@ -326,13 +326,14 @@ def calibrate_dtypes(models: dict[str, Any], progress: Callable[[float], None] |
 
 
 def choose_variant(results: dict[str, Calibration]) -> Calibration:
-    """The float dtype whose plain step is fastest, or int8 weights where they clearly speed up Auto.
+    """The float dtype whose plain step is fastest, or int8 weights where they are clearly faster.
 
-    An entry named ``int8`` (int8 weights: answers change slightly) is kept only when Auto's
-    expected speed on it (:attr:`Calibration.expected_rate`) is at least :data:`INT8_MARGIN` times
-    that on the chosen float one: int8 steps are cheap for one token but grow fast with the tokens
-    fed, so a cheaper plain step alone does not make Auto faster. The result's ``dtype_seconds``
-    holds every entry's one-token step cost (the int8 one under ``int8``).
+    An entry named ``int8`` (int8 weights: answers change slightly) is kept only when both its
+    plain step and Auto's expected speed on it (:attr:`Calibration.expected_rate`) beat the chosen
+    float one's by :data:`INT8_MARGIN`: int8 steps are cheap for one token but grow fast with the
+    tokens fed, so a cheaper plain step alone does not make Auto faster, and Auto's expected speed
+    rests on predicted tokens per step, so it alone must not trade the answers' precision either.
+    The result's ``dtype_seconds`` holds every entry's one-token step cost (int8's under ``int8``).
     """
     floats = {name: c for name, c in results.items() if name != "int8"}
     chosen = min(floats.values(), key=lambda c: c.curve.seconds[0])
@@ -340,7 +341,8 @@ def choose_variant(results: dict[str, Calibration]) -> Calibration:
     int8 = results.get("int8")
     if int8 is not None:
         seconds["int8"] = int8.curve.seconds[0]
-        if int8.expected_rate >= INT8_MARGIN * chosen.expected_rate:
+        plainly_faster = int8.curve.seconds[0] * INT8_MARGIN <= chosen.curve.seconds[0]
+        if plainly_faster and int8.expected_rate >= INT8_MARGIN * chosen.expected_rate:
             chosen, chosen.quantization = int8, "8bit"
     chosen.dtype_seconds = seconds
     return chosen
