@@ -17,8 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_serve_streams_to_the_openai_client_and_stops_on_ctrl_c(tiny_model_folder: Path, tmp_path: Path) -> None:
     env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(tmp_path), "LOOKAHEAD_CHAT_API_KEY": "k3y"}
     env.pop("LOOKAHEAD_CHAT_CACHE", None)
-    command = [sys.executable, "-m", "app", "serve", "--model", str(tiny_model_folder), "--device", "cpu",
-               "--dtype", "fp32", "--port", "0", "--mode", "lookahead"]
+    args = ["serve", "--model", str(tiny_model_folder), "--device", "cpu", "--dtype", "fp32", "--port", "0", "--mode", "lookahead"]
+    # As in a terminal: Ctrl+C reaches the server even when this test runs in a background job, whose
+    # children inherit SIGINT ignored (then asyncio installs no handler and the signal is lost).
+    start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             f"sys.argv = ['app', *{args!r}]; runpy.run_module('app', run_name='__main__')")
+    command = [sys.executable, "-c", start]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
         line = proc.stdout.readline()
