@@ -98,7 +98,7 @@ class LlamaStep:
         value = attn.v_proj(hidden).view(shape).transpose(1, 2)
         query, key = self._rotate(query, key, cos, sin)
         key, value = self.cache.write(index, key, value)
-        if q == 1 and query.dtype != torch.float32 and query.device.type == "cpu":
+        if q == 1 and mask is None and query.dtype != torch.float32 and query.device.type == "cpu":
             out = self._one_query_attention(query, key, value)
         else:  # grouped-query attention without copies of the cache per group (transformers copies it for a masked step)
             out = F.scaled_dot_product_attention(

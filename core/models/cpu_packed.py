@@ -155,7 +155,8 @@ def choose_layout(model: Any, cancelled: Callable[[], bool] | None = None) -> st
     except RuntimeError as err:  # oneDNN refuses this dtype on this processor
         log.info("weights stay in the plain layout: %s", err)
         best = PLAIN
-    apply_layout(model, best)
+    if layout_of(model) != best:  # the last layout measured is often the fastest: no second repacking then
+        apply_layout(model, best)
     return best
 
 
