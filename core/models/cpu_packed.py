@@ -32,6 +32,7 @@ PLAIN, PACKED, PACKED_ROWS = "plain", "packed", "packed+rows"
 LAYOUTS = (PLAIN, PACKED, PACKED_ROWS)
 LAYOUT_MARGIN = 1.03  # a layout must make the measured steps this much cheaper to replace the one before it
 ROWS_COPY_LIMIT_BYTES = 2 * 1024**3  # the extra plain copy of ``packed+rows`` is offered up to this many weight bytes
+_MEASURED_PLAIN = "_lookahead_chat_plain_layout_measured"  # model attribute: the dtype for which plain won
 
 
 def packing_available() -> bool:
@@ -133,12 +134,15 @@ def choose_layout(model: Any, cancelled: Callable[[], bool] | None = None) -> st
     """Measure a 1-token and an 8-token step in each layout; leave ``model`` in the fastest and return it.
 
     A CPU float model only; anything else stays as it is. A dtype this processor's oneDNN cannot
-    pack (bf16 without AVX-512 or AVX-NE-CONVERT, for one) keeps the plain layout.
+    pack (bf16 without AVX-512 or AVX-NE-CONVERT, for one) keeps the plain layout. A model is
+    measured once per dtype: calling again returns the layout chosen before.
     """
     from core.lookahead.auto import measure_step_seconds
 
     if model.device.type != "cpu" or not packing_available() or layout_of(model) != PLAIN:
         return layout_of(model)
+    if getattr(model, _MEASURED_PLAIN, None) == model.dtype:  # measured before, and plain won
+        return PLAIN
 
     def cost() -> float:
         return sum(measure_step_seconds(model, (1, 8), context=128, repeats=3, cancelled=cancelled))
@@ -157,6 +161,8 @@ def choose_layout(model: Any, cancelled: Callable[[], bool] | None = None) -> st
         best = PLAIN
     if layout_of(model) != best:  # the last layout measured is often the fastest: no second repacking then
         apply_layout(model, best)
+    if best == PLAIN:
+        setattr(model, _MEASURED_PLAIN, model.dtype)
     return best
 
 
