@@ -224,9 +224,9 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.bench.report import markdown_table, report_json, summarize
     from core.bench.runner import AUTO, PLAIN_LOOP, REFERENCE, BenchRunner, Method
     from core.bench.suites import load_suite
-    from core.calibration import int8_copy
+    from core.calibration import fastest_step, int8_copy
     from core.lookahead.auto import AutoChooser, calibrate, calibrate_dtypes
-    from core.models.cpu_packed import choose_layout
+    from core.lookahead.compiled_step import set_compile_cache
 
     try:
         suites = [load_suite(name.strip(), args.limit) for name in args.suites.split(",") if name.strip()]
@@ -247,6 +247,7 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
             return 1
     if args.threads:
         torch.set_num_threads(args.threads)
+    set_compile_cache(paths.cache_dir)
     settings, loaded = load_from_args(args, paths)
     if args.overhead:
         return _overhead(loaded)
@@ -258,8 +259,11 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     runner = BenchRunner(loaded, args.max_new_tokens, extra_dtypes=dtypes, repetition_penalty=args.repetition_penalty,
                          extra_models=variants)
     names = list(runner.models)
-    layouts = {name: choose_layout(model) for name, model in runner.models.items()}  # as the app's calibration does
-    print("weight layouts: " + ", ".join(f"{name} {layout}" for name, layout in layouts.items()), file=sys.stderr)
+    steps = {name: fastest_step(model) for name, model in runner.models.items()}  # as the app's calibration does
+    layouts = {name: layout for name, (layout, _) in steps.items()}
+    compiled = [name for name, (_, is_compiled) in steps.items() if is_compiled]
+    print("weight layouts: " + ", ".join(f"{name} {layout}" for name, layout in layouts.items())
+          + f"; compiled 1-token step: {', '.join(compiled) or 'none'}", file=sys.stderr)
     tag = (lambda d: f" [{d}]") if len(names) > 1 else (lambda d: "")
     calibration = None
     if "auto" in specs:
@@ -294,7 +298,8 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     print(markdown_table(rows, title))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtypes": names, "layouts": layouts, "threads": torch.get_num_threads(),
+    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtypes": names, "layouts": layouts, "compiled": compiled,
+            "threads": torch.get_num_threads(),
             "max_new_tokens": args.max_new_tokens, "repetition_penalty": args.repetition_penalty,
             "seconds": time.perf_counter() - start, "suites": [s.name for s in suites], "methods": [m.name for m in methods],
             "calibration": calibration.as_dict() if calibration else None,

@@ -24,6 +24,7 @@ import torch
 
 from core.atomic import write_json_atomic
 from core.lookahead.auto import AutoChooser, Calibration, Cancelled, calibrate, calibrate_dtypes
+from core.lookahead.compiled_step import choose_compiled_step, compile_step, compiled_layer, set_compile_cache
 from core.lookahead.model_step import step_kind
 from core.models.cpu_packed import PLAIN, apply_layout, choose_layout, layout_of
 from core.models.loader import LoadedModel
@@ -32,8 +33,9 @@ from core.progress import CancelToken, ProgressCallback, no_progress
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 3  # 2: the step cost of the lean LLaMA step; 3: the CPU weight layout measured fastest
+CALIBRATION_VERSION = 4  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step
 STAGE = "Measuring this machine for Auto (once)"
+COMPILE_STAGE = "Compiling the decoding step"
 
 
 def calibration_key(loaded: LoadedModel) -> dict[str, Any]:
@@ -65,9 +67,17 @@ def ensure_calibrated(
     """
     path = calibration_path(paths, loaded)
     cached = _read(path)
+    set_compile_cache(paths.cache_dir)
     if cached is not None:
         calibration = cached
         _convert(loaded, calibration.dtype, calibration.quantization, calibration.layout)
+        if calibration.compiled:
+            progress(COMPILE_STAGE, 0.0)
+            reason = compile_step(loaded.model)  # seconds once inductor's disk cache holds it
+            if reason is not None:
+                log.warning("the 1-token step stays eager: %s", reason)
+                calibration.compiled = False
+            progress(COMPILE_STAGE, 1.0)
     else:
         try:
             calibration = _measure(loaded, progress, cancel)
@@ -135,9 +145,9 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
     if tries_dtypes and loaded.dtype == torch.float32:
         calibration = _measure_variants(loaded, report, cancelled)
     else:
-        layout = choose_layout(loaded.model, cancelled)
+        layout, compiled = fastest_step(loaded.model, cancelled)
         calibration = calibrate(loaded.model, progress=report, cancelled=cancelled)
-        calibration.layout = layout
+        calibration.layout, calibration.compiled = layout, compiled
     calibration.seconds = time.perf_counter() - start  # copies, weight layouts and curves: all the user waited for
     return calibration
 
@@ -149,17 +159,25 @@ def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], canc
         models["int8"] = int8_copy(loaded.model)
     try:
         for name in ("fp32", "bf16"):  # after the copies are made: packing replaces the float layers
-            choose_layout(models[name], cancelled)
+            fastest_step(models[name], cancelled)
         calibration = calibrate_dtypes(models, progress=report, cancelled=cancelled)
         if calibration.quantization == "8bit":
             loaded.model, loaded.dtype, loaded.quantization = models["int8"], torch.bfloat16, "8bit"
         elif calibration.dtype_label == "bf16":
             loaded.model, loaded.dtype = models["bf16"], torch.bfloat16
         calibration.layout = layout_of(loaded.model)
+        calibration.compiled = compiled_layer(loaded.model) is not None
         return calibration
     finally:
         models.clear()  # the copies not kept are freed; no gc.collect() here: on this (worker) thread it can
         # destroy Qt objects off the GUI thread, a crash (app/gc_guard.py collects on the GUI thread)
+
+
+def fastest_step(model: Any, cancelled: Callable[[], bool] | None = None) -> tuple[str, bool]:
+    """Leave ``model`` in its fastest weight layout and with the compiled 1-token step where that measures
+    faster here (CPU); returns the layout and whether the step is compiled."""
+    layout = choose_layout(model, cancelled)
+    return layout, model.device.type == "cpu" and choose_compiled_step(model, cancelled)
 
 
 def int8_copy(model: Any) -> Any:

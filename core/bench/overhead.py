@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from core.lookahead.compiled_step import compile_step, why_not_compilable
 from core.lookahead.llama_step import LlamaStep, supports_llama_step
 from core.lookahead.model_step import ModelStep, TransformersStep, causal_mask
 from core.lookahead.stats import device_sync
@@ -23,6 +24,7 @@ from core.models.cpu_packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, lay
 
 CATEGORIES = ("weights", "attention", "cache", "other ops", "python and dispatch")
 _WEIGHT_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu", "aten::linear")
+_COMPILED_WRAPPERS = ("Torch-Compiled Region", "TorchDynamo", "Pregraph bytecode", "AOTDispatcher")
 _CACHE_OPS = ("aten::cat", "aten::copy_", "aten::index", "aten::index_put_", "aten::slice_scatter", "aten::zeros", "aten::fill_")
 
 
@@ -37,7 +39,9 @@ class StepProfile:
 
 
 def category(op: str) -> str:
-    """The category an operator's own time counts in."""
+    """The category an operator's own time counts in (a compiled graph's own kernels: other ops)."""
+    if op.startswith(_COMPILED_WRAPPERS):
+        return "python and dispatch"
     if op in _WEIGHT_OPS:
         return "weights"
     if "scaled_dot_product" in op or "attention" in op:
@@ -49,7 +53,7 @@ def category(op: str) -> str:
 
 def implementations(model: Any, capacity: int) -> dict[str, ModelStep]:
     """Every step implementation that runs ``model``, by name; on the CPU also the lean step over
-    copies in the other weight layouts."""
+    copies in the other weight layouts, and with the compiled 1-token step where it compiles."""
     steps: dict[str, ModelStep] = {"transformers": TransformersStep(model, lookahead=True)}
     if supports_llama_step(model):
         steps["lean"] = LlamaStep(model, capacity)
@@ -58,6 +62,11 @@ def implementations(model: Any, capacity: int) -> dict[str, ModelStep]:
                 copied = copy.deepcopy(model)
                 apply_layout(copied, layout)
                 steps[f"lean, {layout} weights"] = LlamaStep(copied, capacity)
+        for name, step in list(steps.items()):
+            if name.startswith("lean") and model.device.type == "cpu" and why_not_compilable(step.model) is None:
+                copied = copy.deepcopy(step.model)
+                if compile_step(copied) is None:
+                    steps[f"{name}, compiled 1-token step"] = LlamaStep(copied, capacity)
     return steps
 
 

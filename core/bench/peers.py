@@ -154,10 +154,10 @@ def peer_table(rows: list[PeerRow], title: str) -> str:
 
 def our_model(base: Any, precision: str) -> Any:
     """A copy of the fp32 ``base`` at ``precision``: fp32, bf16, or int8/int4 weights with bf16 activations;
-    its float weights in the layout that measures fastest, as the app does."""
+    its float weights in the layout and step (eager or compiled) that measure fastest, as the app does."""
     import torch
 
-    from core.models.cpu_packed import choose_layout
+    from core.calibration import fastest_step
     from core.models.cpu_quant import quantize_model
 
     if precision not in GGUF_TYPES:
@@ -166,7 +166,7 @@ def our_model(base: Any, precision: str) -> Any:
     if precision in ("int8", "int4"):
         quantize_model(model, 8 if precision == "int8" else 4)
     model = model.to(torch.float32 if precision == "fp32" else torch.bfloat16)
-    choose_layout(model)
+    fastest_step(model)
     return model
 
 

@@ -195,6 +195,7 @@ class Calibration:
         dtype_seconds: the one-token step cost per dtype tried (CPU with dtype auto), else empty.
         quantization: ``8bit`` when the caller chose int8 weights because they were faster, else ``none``.
         layout: the float weights' layout for the CPU's kernels (``core.models.cpu_packed``), chosen by the caller's measurement.
+        compiled: whether the compiled 1-token step (``core.lookahead.compiled_step``) measured faster and runs.
     """
 
     device: str
@@ -205,6 +206,7 @@ class Calibration:
     dtype_seconds: dict[str, float] = field(default_factory=dict)
     quantization: str = "none"
     layout: str = "plain"
+    compiled: bool = False
 
     @property
     def dtype_label(self) -> str:
@@ -251,6 +253,8 @@ class Calibration:
         where = "this GPU" if self.device == "cuda" else "this CPU"
         if self.quantization == "8bit":
             where += ", int8 weights (faster here; answers may differ slightly)"
+        if self.compiled:
+            where += ", compiled step"
         if self.choice is None:
             detail = f" (best, {best.label}, expected {best.speedup:.2f}x)" if best else ""
             return f"Auto: plain, lookahead would not be faster on {where}{detail}"
@@ -265,6 +269,7 @@ class Calibration:
             "dtype_seconds": dict(self.dtype_seconds),
             "quantization": self.quantization,
             "layout": self.layout,
+            "compiled": self.compiled,
             "choice": self.choice.label if self.choice else "plain",
             "reason": self.reason,
             "estimates": [
@@ -277,7 +282,7 @@ class Calibration:
         """The same curve, predictions redone with tokens per step measured on this model's answers."""
         settings = [e.setting for e in self.estimates if e.setting is not None]
         return Calibration(self.device, self.dtype, self.curve, predict(self.curve, settings, learned), self.seconds,
-                           self.dtype_seconds, self.quantization, self.layout)
+                           self.dtype_seconds, self.quantization, self.layout, self.compiled)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], learned: dict[str, tuple[float, float]] | None = None) -> "Calibration":
@@ -285,7 +290,7 @@ class Calibration:
         settings = [_parse_label(e["setting"]) for e in data["estimates"] if e["setting"] != "plain"]
         return cls(str(data["device"]), str(data["dtype"]), curve, predict(curve, settings, learned), float(data["seconds"]),
                    {str(k): float(v) for k, v in data.get("dtype_seconds", {}).items()}, str(data.get("quantization", "none")),
-                   str(data.get("layout", "plain")))
+                   str(data.get("layout", "plain")), bool(data.get("compiled", False)))
 
 
 def _parse_label(label: str) -> LookaheadConfig:

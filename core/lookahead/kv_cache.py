@@ -36,13 +36,19 @@ class StaticKVCache:
         ``length`` itself moves on only with :meth:`advance`, once every layer has written.
         """
         end = self.length + keys.shape[2]
-        if self.keys[layer] is None:  # allocated on first use, in the dtype and device the layer computes in
-            shape = (1, keys.shape[1], self.capacity, keys.shape[3])
-            self.keys[layer] = keys.new_zeros(shape)
-            self.values[layer] = values.new_zeros(shape)
-        self.keys[layer][:, :, self.length : end] = keys
-        self.values[layer][:, :, self.length : end] = values
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        key_buffer, value_buffer = self.buffers(layer, keys)
+        key_buffer[:, :, self.length : end] = keys
+        value_buffer[:, :, self.length : end] = values
+        return key_buffer[:, :, :end], value_buffer[:, :, :end]
+
+    def buffers(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A layer's whole key and value buffers; allocated on first use, with the heads, head size, dtype
+        and device of ``like`` (``[1, kv_heads, q, head_dim]``, what the layer computes)."""
+        if self.keys[layer] is None:
+            shape = (1, like.shape[1], self.capacity, like.shape[3])
+            self.keys[layer] = like.new_zeros(shape)
+            self.values[layer] = like.new_zeros(shape)
+        return self.keys[layer], self.values[layer]
 
     def advance(self, tokens: int) -> None:
         self.length += tokens

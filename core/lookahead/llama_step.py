@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from core.lookahead.compiled_step import compiled_layer, layer_weights, one_row_kernels
 from core.lookahead.kv_cache import StaticKVCache
 from core.lookahead.model_step import causal_mask
 from core.lookahead.sliding import sliding_window_of
@@ -57,6 +58,11 @@ class LlamaStep:
         self.scaling = self.head_dim**-0.5
         self._rotate = sys.modules[type(self.layers[0].self_attn).__module__].apply_rotary_pos_emb
         self.cache = StaticKVCache(len(self.layers), capacity)
+        # The compiled 1-token layer (core.lookahead.compiled_step), where one is attached and the weights are plain
+        self._compiled = compiled_layer(model)
+        self._weights = layer_weights(model) if self._compiled is not None else None
+        if self._weights is None:
+            self._compiled = None
 
     @property
     def length(self) -> int:
@@ -66,6 +72,8 @@ class LlamaStep:
         q = ids.shape[0]
         past = self.cache.length
         self.cache.reserve(past + q)
+        if q == 1 and mask is None and self._compiled is not None:
+            return self._compiled_token(ids, positions)
         inner = self.model.model
         hidden = inner.embed_tokens(ids[None])
         cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])
@@ -86,6 +94,21 @@ class LlamaStep:
         hidden = inner.norm(hidden)[0]
         rows = hidden[-keep:] if isinstance(keep, int) else hidden[keep]
         return self.model.lm_head(rows)
+
+    def _compiled_token(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """A 1-token step through the compiled layer; oneDNN off for its one-row products."""
+        assert self._compiled is not None and self._weights is not None
+        inner = self.model.model
+        hidden = inner.embed_tokens(ids[None])
+        cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])
+        like = hidden.new_empty(1, self.kv_heads, 1, self.head_dim)
+        start = self.cache.length
+        with one_row_kernels():
+            for index, weights in enumerate(self._weights):
+                keys, values = self.cache.buffers(index, like)
+                hidden = self._compiled(hidden, cos, sin, keys, values, start, *weights.tensors)
+            self.cache.advance(1)
+            return self.model.lm_head(inner.norm(hidden)[0])
 
     def _attention(
         self, index: int, attn: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.lookahead.compiled_step import one_row_kernels
+
 log = logging.getLogger(__name__)
 
 PLAIN, PACKED, PACKED_ROWS = "plain", "packed", "packed+rows"
@@ -59,12 +61,14 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.plain is not None and x.numel() == self.in_features:  # one row: torch's own kernel
-            enabled, torch.backends.mkldnn.enabled = torch.backends.mkldnn.enabled, False
-            try:
+            with one_row_kernels():
                 return F.linear(x, self.plain, self.bias)
-            finally:
-                torch.backends.mkldnn.enabled = enabled
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+    @property
+    def one_row_weight(self) -> torch.Tensor | None:
+        """The plain weight that one-row inputs use (``packed+rows``), else ``None``."""
+        return self.plain
 
     def plain_weight(self) -> torch.Tensor:
         """The plain weight (a new tensor unless the ``rows`` copy is kept)."""

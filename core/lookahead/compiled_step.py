@@ -1,0 +1,206 @@
+"""A compiled 1-token decoding step for the CPU: one decoder layer as one inductor graph, reused by every layer.
+
+Eager PyTorch runs a decoder layer as some forty small operators (norms, rotary, residuals, SiLU,
+the cache write, attention), each with its own dispatch; at a few milliseconds per 1-token step
+for a 30-layer model, that is much of the step. Here the layer is a pure function of its input,
+its cache buffers and its weights, compiled once by ``torch.compile`` (inductor, dynamic shapes:
+any cache length) and called for each layer with that layer's weights, so compiling costs one
+layer's worth (about 13 s for the default model here, 2 s once inductor's disk cache has it).
+
+The weight products run on the plain weights with oneDNN switched off around the step: torch's
+own kernels read a single row's weights fastest in half precision (see ``core.models.cpu_packed``),
+so the step needs plain weights (layout ``plain`` or ``packed+rows``). Lookahead's wider steps stay
+eager, on the packed weights. Whether compiling pays (it needs a C++ compiler, and inductor's code
+is not faster everywhere) is measured where the app runs: :func:`choose_compiled_step`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+COMPILED_MARGIN = 1.03  # the compiled 1-token step must be this much cheaper than the eager one to be kept
+_COMPILED: "weakref.WeakKeyDictionary[Any, Callable[..., torch.Tensor]]" = weakref.WeakKeyDictionary()  # model -> layer
+_WARM_UP_START = 5  # cache entries before the warm-up token: not 0 or 1, which inductor would specialise on
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One decoder layer's tensors, in the order the compiled function takes them (biases may be ``None``)."""
+
+    tensors: tuple[torch.Tensor | None, ...]
+
+
+def set_compile_cache(cache_dir: Path) -> None:
+    """Keep inductor's compiled code under the app's cache folder (unless the user chose a folder)."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
+
+
+def why_not_compilable(model: Any) -> str | None:
+    """Why the compiled step cannot run ``model`` (``None`` when it can)."""
+    from core.lookahead.llama_step import supports_llama_step
+
+    if not supports_llama_step(model):
+        return "not a LLaMA-family model the lean step runs"
+    if model.device.type != "cpu":
+        return "the compiled step is for the CPU"
+    if getattr(model.config, "hidden_act", None) not in ("silu", "swish"):
+        return f"activation {model.config.hidden_act!r}"
+    if layer_weights(model) is None:
+        return "quantized or packed-only weights (it needs plain float weights)"
+    return None
+
+
+def layer_weights(model: Any) -> list[LayerWeights] | None:
+    """Every layer's plain weights and biases, or ``None`` if a projection has no plain float weight."""
+    result = []
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        linears = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+        plain = [_plain_weight(linear) for linear in linears]
+        if any(weight is None for weight in plain):
+            return None
+        biases = [getattr(linear, "bias", None) for linear in linears]
+        norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+        result.append(LayerWeights((*norms, *plain, *biases)))
+    return result
+
+
+def _plain_weight(linear: nn.Module) -> torch.Tensor | None:
+    """A plain ``nn.Linear``'s float weight, or the one-row copy of a packed layer (``core.models.cpu_packed``)."""
+    if type(linear) is nn.Linear and linear.weight.is_floating_point():
+        return linear.weight
+    return getattr(linear, "one_row_weight", None)
+
+
+@contextmanager
+def one_row_kernels() -> Iterator[None]:
+    """oneDNN switched off: products of one row of half-precision input then run on torch's own, faster kernels."""
+    enabled, torch.backends.mkldnn.enabled = torch.backends.mkldnn.enabled, False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = enabled
+
+
+def _layer_function(model: Any) -> Callable[..., torch.Tensor]:
+    """The decoder layer of a 1-token step, as transformers computes it (``LlamaDecoderLayer``)."""
+    config = model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    groups, scaling = heads // kv_heads, head_dim**-0.5
+    eps = float(model.model.layers[0].input_layernorm.variance_epsilon)
+
+    def rms_norm(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        dtype = hidden.dtype
+        hidden = hidden.to(torch.float32)
+        hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * hidden.to(dtype)
+
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    def decode_layer(
+        hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int,
+        norm1: torch.Tensor, norm2: torch.Tensor,
+        wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, wo: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, wd: torch.Tensor,
+        bq: torch.Tensor | None, bk: torch.Tensor | None, bv: torch.Tensor | None, bo: torch.Tensor | None,
+        bg: torch.Tensor | None, bu: torch.Tensor | None, bd: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """``hidden`` ``[1, 1, hidden_size]`` after the layer; the token's key and value go to slot ``start``."""
+        h = rms_norm(hidden, norm1)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        query = rotate(F.linear(h, wq, bq).view(1, 1, heads, head_dim).transpose(1, 2), cos, sin)
+        key = rotate(F.linear(h, wk, bk).view(1, 1, kv_heads, head_dim).transpose(1, 2), cos, sin)
+        value = F.linear(h, wv, bv).view(1, 1, kv_heads, head_dim).transpose(1, 2)
+        keys[:, :, start : start + 1] = key
+        values[:, :, start : start + 1] = value
+        cached_keys, cached_values = keys[:, :, : start + 1], values[:, :, : start + 1]
+        # One query: attention as fp32 reductions, which inductor fuses (no matrix-product calls).
+        grouped = query.reshape(1, kv_heads, groups, 1, head_dim).float()
+        scores = (grouped * cached_keys[:, :, None].float()).sum(-1) * scaling
+        weights = torch.softmax(scores, dim=-1)
+        out = (weights[..., None] * cached_values[:, :, None].float()).sum(-2).to(hidden.dtype)
+        hidden = hidden + F.linear(out.reshape(1, 1, heads * head_dim), wo, bo)
+        h = rms_norm(hidden, norm2)
+        return hidden + F.linear(F.silu(F.linear(h, wg, bg)) * F.linear(h, wu, bu), wd, bd)
+
+    return decode_layer
+
+
+def compile_step(model: Any) -> str | None:
+    """Compile the 1-token layer for ``model`` now (a warm-up step on scratch buffers) and attach it.
+
+    Returns ``None`` on success, else why it cannot (the model then keeps the eager step). Compiling
+    needs a C++ compiler; any failure of inductor is caught and reported here.
+    """
+    reason = why_not_compilable(model)
+    if reason is not None:
+        return reason
+    compiled = torch.compile(_layer_function(model), dynamic=True, fullgraph=True)
+    try:
+        _warm_up(model, compiled)
+    except Exception as err:  # noqa: BLE001 - inductor raises many kinds; the eager step still answers
+        log.warning("the decoding step stays eager: compiling it failed: %s", err)
+        return f"compiling failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
+    _COMPILED[model] = compiled
+    return None
+
+
+def _warm_up(model: Any, compiled: Callable[..., torch.Tensor]) -> None:
+    weights = layer_weights(model)
+    assert weights is not None
+    config = model.config
+    dtype = weights[0].tensors[2].dtype
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shape = (1, config.num_key_value_heads, _WARM_UP_START + 3, head_dim)
+    inner = model.model
+    with torch.inference_mode(), one_row_kernels():
+        keys, values = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+        hidden = inner.embed_tokens(torch.tensor([[0]]))
+        cos, sin = inner.rotary_emb(hidden, position_ids=torch.tensor([[_WARM_UP_START]]))
+        compiled(hidden, cos, sin, keys, values, _WARM_UP_START, *weights[0].tensors)
+
+
+def compiled_layer(model: Any) -> Callable[..., torch.Tensor] | None:
+    """The compiled layer function attached by :func:`compile_step`, if any."""
+    return _COMPILED.get(model)
+
+
+def drop_compiled_step(model: Any) -> None:
+    """Back to the eager 1-token step."""
+    _COMPILED.pop(model, None)
+
+
+def choose_compiled_step(model: Any, cancelled: Callable[[], bool] | None = None) -> bool:
+    """Compile the 1-token step and keep it only if it measures faster than the eager one here."""
+    from core.lookahead.auto import measure_step_seconds
+
+    if compiled_layer(model) is not None:
+        return True
+    if why_not_compilable(model) is not None:
+        return False
+    eager = measure_step_seconds(model, (1,), context=128, repeats=5, cancelled=cancelled)[0]
+    reason = compile_step(model)
+    if reason is not None:
+        log.info("the 1-token step stays eager: %s", reason)
+        return False
+    compiled = measure_step_seconds(model, (1,), context=128, repeats=5, cancelled=cancelled)[0]
+    log.info("1-token step: eager %.1f ms, compiled %.1f ms", 1000 * eager, 1000 * compiled)
+    if compiled * COMPILED_MARGIN > eager:
+        drop_compiled_step(model)
+        return False
+    return True

@@ -1,0 +1,123 @@
+"""The compiled 1-token step: exact in fp32, used only where it can run, and eager where compiling fails."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from core.lookahead import Decoding, LookaheadConfig
+from core.lookahead.compiled_step import compile_step, compiled_layer, drop_compiled_step, why_not_compilable
+from core.lookahead.llama_step import LlamaStep
+from core.models.cpu_packed import PACKED, PACKED_ROWS, apply_layout
+from tests.conftest import make_model, tiny_llama_config
+
+
+def _prompt(seed: int) -> list[int]:
+    head = torch.randint(3, 96, (16,), generator=torch.Generator().manual_seed(seed)).tolist()
+    return head + head  # repeats: lookahead's drafts get accepted, so its steps are wide
+
+
+def _layer_calls(model, decode) -> int:
+    """How many times the first decoder layer's eager MLP module ran during ``decode()``."""
+    calls: list[int] = []
+    hook = model.model.layers[0].mlp.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        decode()
+    finally:
+        hook.remove()
+    return len(calls)
+
+
+@pytest.fixture(scope="module")
+def compiled_fp32():
+    model = make_model(tiny_llama_config(96, rms_norm_eps=1e-5), seed=3)
+    eager = {seed: Decoding(model, _prompt(seed), max_new_tokens=40) for seed in range(3)}
+    for decoding in eager.values():
+        list(decoding)
+    assert compile_step(model) is None
+    return model, {seed: d.tokens for seed, d in eager.items()}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fp32_compiled_plain_and_lookahead_equal_eager_and_generate(compiled_fp32, seed: int) -> None:
+    model, eager = compiled_fp32
+    prompt = _prompt(seed)
+    plain = Decoding(model, prompt, max_new_tokens=40)
+    assert _layer_calls(model, lambda: list(plain)) == 1  # the prefill only: every 1-token step ran compiled
+    assert plain.tokens == eager[seed]
+    for config in (LookaheadConfig(3, 3, 3), LookaheadConfig(0, 4, 3)):
+        lookahead = Decoding(model, prompt, lookahead=config, max_new_tokens=40)
+        list(lookahead)
+        assert lookahead.tokens == plain.tokens, config.label
+    with torch.inference_mode():
+        generated = model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=None,
+                                   pad_token_id=0)[0, len(prompt):].tolist()
+    assert generated == plain.tokens
+
+
+def test_the_cache_grows_under_the_compiled_step(compiled_fp32) -> None:
+    model, eager = compiled_fp32
+    step = LlamaStep(model, capacity=4)  # far too small: the buffers double while compiled steps write to them
+    prompt = _prompt(0)
+    with torch.inference_mode():
+        token = int(step.forward(torch.tensor(prompt), torch.arange(len(prompt)), 1)[-1].argmax())
+        out = [token]
+        for i in range(11):
+            logits = step.forward(torch.tensor([token]), torch.tensor([len(prompt) + i]), 1)
+            token = int(logits[-1].argmax())
+            out.append(token)
+    assert out == eager[0][:12] and step.cache.capacity >= len(prompt) + 11
+
+
+def test_bf16_compiled_step_runs_on_the_rows_copy_and_agrees_with_eager() -> None:
+    model = make_model(tiny_llama_config(96, hidden_size=96, num_attention_heads=6, num_key_value_heads=3), seed=4)
+    model = model.to(torch.bfloat16)
+    apply_layout(model, PACKED_ROWS)
+    prompt = _prompt(1)
+    with torch.inference_mode():
+        eager_step = LlamaStep(model, 64)
+        eager_step.forward(torch.tensor(prompt), torch.arange(len(prompt)), 1)
+        eager = eager_step.forward(torch.tensor([7]), torch.tensor([len(prompt)]), 1)
+    assert compile_step(model) is None
+    try:
+        with torch.inference_mode():
+            step = LlamaStep(model, 64)
+            step.forward(torch.tensor(prompt), torch.arange(len(prompt)), 1)
+            compiled = step.forward(torch.tensor([7]), torch.tensor([len(prompt)]), 1)
+        # bf16: the compiled layer keeps fp32 between operators where eager rounds to bf16, so the logits
+        # agree to bf16's precision, not bit for bit (fp32 is exact: the tests above)
+        assert torch.allclose(compiled.float(), eager.float(), atol=0.05, rtol=0.02)
+        decoding = Decoding(model, prompt, max_new_tokens=12)
+        assert _layer_calls(model, lambda: list(decoding)) == 1 and len(decoding.tokens) == 12
+    finally:
+        drop_compiled_step(model)
+
+
+def test_models_it_cannot_run_keep_the_eager_step() -> None:
+    from core.models.cpu_quant import quantize_model
+
+    model = make_model(tiny_llama_config(96), seed=0)
+    packed = copy.deepcopy(model)
+    apply_layout(packed, PACKED)  # packed without a plain copy: no plain weights to compile against
+    assert "plain float weights" in why_not_compilable(packed)
+    quantize_model(model, 8)
+    assert "plain float weights" in why_not_compilable(model)
+    assert compile_step(model) is not None and compiled_layer(model) is None
+
+
+def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None:
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # nothing cached: it must compile
+    model = make_model(tiny_llama_config(96, hidden_size=80, num_attention_heads=5, num_key_value_heads=5), seed=2)
+    prompt = _prompt(2)
+    expected = Decoding(model, prompt, max_new_tokens=10)
+    list(expected)
+    with inductor_config.patch({"cpp.cxx": (None, str(tmp_path / "no-such-compiler"))}):
+        reason = compile_step(model)
+    assert reason is not None and reason.startswith("compiling failed") and compiled_layer(model) is None
+    again = Decoding(model, prompt, max_new_tokens=10)
+    list(again)
+    assert again.tokens == expected.tokens
