@@ -115,3 +115,20 @@ def test_a_failing_measurement_leaves_the_model_answering_plainly(tiny_loaded, a
     assert reason.startswith("Auto: plain (measuring this machine failed: RuntimeError")
     assert tiny_loaded.chooser is None and not cal.calibration_path(app_paths, tiny_loaded).exists()
     assert cal.calibrate_or_plain(tiny_loaded, app_paths) == tiny_loaded.calibration.reason  # measured at the next load
+
+
+def test_a_compiled_step_in_the_cache_is_compiled_again_at_the_next_start(tiny_model_folder, app_paths) -> None:
+    from core.lookahead.compiled_step import compiled_layer
+
+    options = LoadOptions(device="cpu", dtype="fp32")
+    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
+    cal.ensure_calibrated(loaded, app_paths)
+    path = cal.calibration_path(app_paths, loaded)
+    stored = json.loads(path.read_text())
+    stored["calibration"].update(layout="plain", compiled=True)  # as where compiling measured faster
+    path.write_text(json.dumps(stored))
+    again = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
+    stages: list[tuple[str, float]] = []
+    calibration = cal.ensure_calibrated(again, app_paths, lambda stage, f: stages.append((stage, f)))
+    assert calibration.compiled and compiled_layer(again.model) is not None
+    assert stages == [(cal.COMPILE_STAGE, 0.0), (cal.COMPILE_STAGE, 1.0)] and "compiled step" in calibration.reason
