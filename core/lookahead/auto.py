@@ -251,14 +251,13 @@ class Calibration:
         """One line for the status bar: what Auto runs and why."""
         best = self.estimates[0] if self.estimates else None
         where = "this GPU" if self.device == "cuda" else "this CPU"
-        if self.quantization == "8bit":
-            where += ", int8 weights (faster here; answers may differ slightly)"
-        if self.compiled:
-            where += ", compiled step"
+        notes = (["int8 weights (faster here; answers may differ slightly)"] if self.quantization == "8bit" else []) + (
+            ["compiled 1-token step"] if self.compiled else [])
+        tail = f"; {', '.join(notes)}" if notes else ""
         if self.choice is None:
             detail = f" (best, {best.label}, expected {best.speedup:.2f}x)" if best else ""
-            return f"Auto: plain, lookahead would not be faster on {where}{detail}"
-        return f"Auto: {best.label}, expected {best.speedup:.2f}x plain on {where}"
+            return f"Auto: plain, lookahead would not be faster on {where}{detail}{tail}"
+        return f"Auto: {best.label}, expected {best.speedup:.2f}x plain on {where}{tail}"
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,7 +35,8 @@ log = logging.getLogger(__name__)
 
 COMPILED_MARGIN = 1.03  # the compiled 1-token step must be this much cheaper than the eager one to be kept
 _COMPILED: "weakref.WeakKeyDictionary[Any, Callable[..., torch.Tensor]]" = weakref.WeakKeyDictionary()  # model -> layer
-_WARM_UP_START = 5  # cache entries before the warm-up token: not 0 or 1, which inductor would specialise on
+MIN_CACHED = 2  # the compiled step runs after this many cached tokens: 0 and 1 would each be compiled apart
+_WARM_UP_START = 5  # cache entries before the warm-up token
 
 
 @dataclass(frozen=True)
@@ -150,12 +153,17 @@ def compile_step(model: Any) -> str | None:
     reason = why_not_compilable(model)
     if reason is not None:
         return reason
-    compiled = torch.compile(_layer_function(model), dynamic=True, fullgraph=True)
     try:
-        _warm_up(model, compiled)
-    except Exception as err:  # noqa: BLE001 - inductor raises many kinds; the eager step still answers
+        import torch._inductor.config as inductor_config
+
+        compiled = torch.compile(_layer_function(model), dynamic=True, fullgraph=True)
+        # In this process: no pool of compile workers (in an installed app those would start the app again)
+        with inductor_config.patch(compile_threads=1):
+            _warm_up(model, compiled)
+    except Exception as err:  # noqa: BLE001 - inductor raises many kinds (no compiler, no headers); eager still answers
         log.warning("the decoding step stays eager: compiling it failed: %s", err)
-        return f"compiling failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
+        first_line = (str(err).strip().splitlines() or [""])[0][:200]
+        return f"compiling failed: {type(err).__name__}: {first_line}"
     _COMPILED[model] = compiled
     return None
 
@@ -185,22 +193,43 @@ def drop_compiled_step(model: Any) -> None:
     _COMPILED.pop(model, None)
 
 
-def choose_compiled_step(model: Any, cancelled: Callable[[], bool] | None = None) -> bool:
-    """Compile the 1-token step and keep it only if it measures faster than the eager one here."""
-    from core.lookahead.auto import measure_step_seconds
+def choose_compiled_step(model: Any, cancelled: Callable[[], bool] | None = None, rounds: int = 12) -> bool:
+    """Compile the 1-token step and keep it only if it measures faster than the eager one here.
+
+    The two steps alternate over the same cached context, so that machine noise hits both alike.
+    """
+    from core.lookahead.auto import Cancelled
+    from core.lookahead.llama_step import LlamaStep
 
     if compiled_layer(model) is not None:
         return True
     if why_not_compilable(model) is not None:
         return False
-    eager = measure_step_seconds(model, (1,), context=128, repeats=5, cancelled=cancelled)[0]
+    context = 128
+    eager = LlamaStep(model, context + 2)  # built before the compiled layer is attached: it stays eager
     reason = compile_step(model)
     if reason is not None:
         log.info("the 1-token step stays eager: %s", reason)
         return False
-    compiled = measure_step_seconds(model, (1,), context=128, repeats=5, cancelled=cancelled)[0]
-    log.info("1-token step: eager %.1f ms, compiled %.1f ms", 1000 * eager, 1000 * compiled)
-    if compiled * COMPILED_MARGIN > eager:
+    compiled = LlamaStep(model, context + 2)
+    ids = torch.randint(0, model.config.vocab_size, (context + 1,), generator=torch.Generator().manual_seed(0))
+    times: dict[int, list[float]] = {0: [], 1: []}
+    with torch.inference_mode():
+        for step in (eager, compiled):
+            step.forward(ids[:context], torch.arange(context), 1)
+        for r in range(rounds + 1):
+            for which, step in enumerate((eager, compiled)):
+                if cancelled is not None and cancelled():
+                    drop_compiled_step(model)
+                    raise Cancelled
+                start = time.perf_counter()
+                step.forward(ids[context:], torch.tensor([context]), 1)
+                if r:  # the first round warms up
+                    times[which].append(time.perf_counter() - start)
+                step.keep(context - 1, 2, [])
+    eager_s, compiled_s = (statistics.median(times[w]) for w in (0, 1))
+    log.info("1-token step: eager %.1f ms, compiled %.1f ms", 1000 * eager_s, 1000 * compiled_s)
+    if compiled_s * COMPILED_MARGIN > eager_s:
         drop_compiled_step(model)
         return False
     return True

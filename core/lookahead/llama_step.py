@@ -12,16 +12,19 @@ on the CPU attends by two matrix products (torch's kernel is several times slowe
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from core.lookahead.compiled_step import compiled_layer, layer_weights, one_row_kernels
+from core.lookahead.compiled_step import MIN_CACHED, compiled_layer, drop_compiled_step, layer_weights, one_row_kernels
 from core.lookahead.kv_cache import StaticKVCache
 from core.lookahead.model_step import causal_mask
 from core.lookahead.sliding import sliding_window_of
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_TYPES = frozenset({"llama", "mistral", "qwen2"})
 """Architectures whose decoder layer is exactly: norm, attention (q/k/v/o projections, rotary), norm, MLP."""
@@ -72,8 +75,13 @@ class LlamaStep:
         q = ids.shape[0]
         past = self.cache.length
         self.cache.reserve(past + q)
-        if q == 1 and mask is None and self._compiled is not None:
-            return self._compiled_token(ids, positions)
+        if q == 1 and mask is None and self._compiled is not None and past >= MIN_CACHED:
+            try:
+                return self._compiled_token(ids, positions)
+            except Exception as err:  # noqa: BLE001 - a recompilation that fails: this step and the rest run eager
+                log.warning("the compiled step failed, decoding goes on eager: %s", err)
+                self._compiled = None
+                drop_compiled_step(self.model)
         inner = self.model.model
         hidden = inner.embed_tokens(ids[None])
         cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])

@@ -121,3 +121,20 @@ def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None
     again = Decoding(model, prompt, max_new_tokens=10)
     list(again)
     assert again.tokens == expected.tokens
+
+
+def test_a_compiled_step_that_fails_mid_answer_hands_over_to_the_eager_step() -> None:
+    from core.lookahead import compiled_step
+
+    model = make_model(tiny_llama_config(96), seed=6)
+    prompt = _prompt(3)
+    expected = Decoding(model, prompt, max_new_tokens=12)
+    list(expected)
+
+    def failing_layer(*args: object) -> None:  # what a recompilation that cannot compile raises
+        raise RuntimeError("inductor: C++ compile error")
+
+    compiled_step._COMPILED[model] = failing_layer
+    decoding = Decoding(model, prompt, max_new_tokens=12)
+    list(decoding)
+    assert decoding.tokens == expected.tokens and compiled_layer(model) is None
