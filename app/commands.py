@@ -269,6 +269,7 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     if "auto" in specs:
         start = time.perf_counter()
         calibration = calibrate_dtypes(runner.models) if len(names) > 1 else calibrate(loaded.model)
+        calibration.compiled = (calibration.variant if len(names) > 1 else names[0]) in compiled
         runner.chooser = AutoChooser(calibration)
         print(f"{calibration.reason}; runs {calibration.variant}; calibration {time.perf_counter() - start:.1f} s", file=sys.stderr)
     run_dtype = calibration.variant if calibration else names[0]
