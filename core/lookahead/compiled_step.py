@@ -183,6 +183,14 @@ def _warm_up(model: Any, compiled: Callable[..., torch.Tensor]) -> None:
         compiled(hidden, cos, sin, keys, values, _WARM_UP_START, *weights[0].tensors)
 
 
+def compile_errors() -> tuple[type[BaseException], ...]:
+    """What a compiled call raises when compiling again fails (a recompilation on new shapes): not
+    out of memory or other errors of the computation itself, which must reach the caller."""
+    from torch._dynamo.exc import FailOnRecompileLimitHit, TorchDynamoException
+
+    return TorchDynamoException, FailOnRecompileLimitHit
+
+
 def compiled_layer(model: Any) -> Callable[..., torch.Tensor] | None:
     """The compiled layer function attached by :func:`compile_step`, if any."""
     return _COMPILED.get(model)

@@ -19,7 +19,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.lookahead.compiled_step import MIN_CACHED, compiled_layer, drop_compiled_step, layer_weights, one_row_kernels
+from core.lookahead.compiled_step import (
+    MIN_CACHED, compile_errors, compiled_layer, drop_compiled_step, layer_weights, one_row_kernels,
+)
 from core.lookahead.kv_cache import StaticKVCache
 from core.lookahead.model_step import causal_mask
 from core.lookahead.sliding import sliding_window_of
@@ -75,16 +77,16 @@ class LlamaStep:
         q = ids.shape[0]
         past = self.cache.length
         self.cache.reserve(past + q)
-        if q == 1 and mask is None and self._compiled is not None and past >= MIN_CACHED:
-            try:
-                return self._compiled_token(ids, positions)
-            except Exception as err:  # noqa: BLE001 - a recompilation that fails: this step and the rest run eager
-                log.warning("the compiled step failed, decoding goes on eager: %s", err)
-                self._compiled = None
-                drop_compiled_step(self.model)
         inner = self.model.model
         hidden = inner.embed_tokens(ids[None])
         cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])
+        if q == 1 and mask is None and self._compiled is not None and past >= MIN_CACHED:
+            try:
+                return self._compiled_token(hidden, cos, sin)
+            except compile_errors() as err:  # a recompilation that fails: this step and the rest run eager
+                log.warning("the compiled step failed, decoding goes on eager: %s", err)
+                self._compiled = None
+                drop_compiled_step(self.model)
         attn_mask, causal = None, False
         if mask is not None:
             attn_mask = mask[None, None]
@@ -103,12 +105,11 @@ class LlamaStep:
         rows = hidden[-keep:] if isinstance(keep, int) else hidden[keep]
         return self.model.lm_head(rows)
 
-    def _compiled_token(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """A 1-token step through the compiled layer; oneDNN off for its one-row products."""
+    def _compiled_token(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """A 1-token step (its embedding and rotary tables given) through the compiled layer; oneDNN
+        off for its one-row products. Nothing is cached unless every layer ran."""
         assert self._compiled is not None and self._weights is not None
         inner = self.model.model
-        hidden = inner.embed_tokens(ids[None])
-        cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])
         like = hidden.new_empty(1, self.kv_heads, 1, self.head_dim)
         start = self.cache.length
         with one_row_kernels():

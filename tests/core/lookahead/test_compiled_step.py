@@ -124,6 +124,8 @@ def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None
 
 
 def test_a_compiled_step_that_fails_mid_answer_hands_over_to_the_eager_step() -> None:
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+
     from core.lookahead import compiled_step
 
     model = make_model(tiny_llama_config(96), seed=6)
@@ -131,10 +133,18 @@ def test_a_compiled_step_that_fails_mid_answer_hands_over_to_the_eager_step() ->
     expected = Decoding(model, prompt, max_new_tokens=12)
     list(expected)
 
-    def failing_layer(*args: object) -> None:  # what a recompilation that cannot compile raises
-        raise RuntimeError("inductor: C++ compile error")
+    def failing_layer(*args: object) -> None:  # what a fullgraph recompilation past dynamo's limit raises
+        raise FailOnRecompileLimitHit("Hard failure due to fullgraph=True")
 
     compiled_step._COMPILED[model] = failing_layer
     decoding = Decoding(model, prompt, max_new_tokens=12)
     list(decoding)
     assert decoding.tokens == expected.tokens and compiled_layer(model) is None
+
+    def out_of_memory(*args: object) -> None:
+        raise torch.OutOfMemoryError("out of memory")
+
+    compiled_step._COMPILED[model] = out_of_memory  # not a compile failure: it reaches the caller, who says what to do
+    with pytest.raises(torch.OutOfMemoryError):
+        list(Decoding(model, prompt, max_new_tokens=12))
+    drop_compiled_step(model)
