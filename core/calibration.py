@@ -153,13 +153,13 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
 
 
 def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], cancelled: Callable[[], bool] | None) -> Calibration:
-    """fp32, bf16 and (quantization auto) int8 weights, each float one in its faster layout; keep the fastest."""
+    """fp32, bf16 and (quantization auto) int8 weights, each in its faster layout and step; keep the fastest."""
     models = {"fp32": loaded.model, "bf16": copy.deepcopy(loaded.model).to(torch.bfloat16)}
     if loaded.requested_quantization == "auto":
         models["int8"] = int8_copy(loaded.model)
     try:
-        for name in ("fp32", "bf16"):  # after the copies are made: packing replaces the float layers
-            fastest_step(models[name], cancelled)
+        for model in models.values():  # after the copies are made: packing replaces the float layers
+            fastest_step(model, cancelled)
         calibration = calibrate_dtypes(models, progress=report, cancelled=cancelled)
         if calibration.quantization == "8bit":
             loaded.model, loaded.dtype, loaded.quantization = models["int8"], torch.bfloat16, "8bit"

@@ -9,7 +9,8 @@ layer's worth (about 13 s for the default model here, 2 s once inductor's disk c
 
 The weight products run on the plain weights with oneDNN switched off around the step: torch's
 own kernels read a single row's weights fastest in half precision (see ``core.models.cpu_packed``),
-so the step needs plain weights (layout ``plain`` or ``packed+rows``). Lookahead's wider steps stay
+so the step needs plain weights (layout ``plain`` or ``packed+rows``) or int8 ones
+(``core.models.cpu_quant``, through ``torch._weight_int8pack_mm``). Lookahead's wider steps stay
 eager, on the packed weights. Whether compiling pays (it needs a C++ compiler, and inductor's code
 is not faster everywhere) is measured where the app runs: :func:`choose_compiled_step`.
 """
@@ -62,30 +63,38 @@ def why_not_compilable(model: Any) -> str | None:
     if getattr(model.config, "hidden_act", None) not in ("silu", "swish"):
         return f"activation {model.config.hidden_act!r}"
     if layer_weights(model) is None:
-        return "quantized or packed-only weights (it needs plain float weights)"
+        return "int4 or packed-only weights (it needs plain float or int8 weights)"
     return None
 
 
 def layer_weights(model: Any) -> list[LayerWeights] | None:
-    """Every layer's plain weights and biases, or ``None`` if a projection has no plain float weight."""
+    """Every layer's norms, then its seven projections' weights, int8 scales (``None`` for float
+    weights) and biases; ``None`` if a projection has neither a plain float nor an int8 weight."""
     result = []
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
         linears = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-        plain = [_plain_weight(linear) for linear in linears]
-        if any(weight is None for weight in plain):
+        projections = [_projection(linear) for linear in linears]
+        if any(p is None for p in projections):
             return None
+        weights = [p[0] for p in projections if p is not None]
+        scales = [p[1] for p in projections if p is not None]
         biases = [getattr(linear, "bias", None) for linear in linears]
         norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
-        result.append(LayerWeights((*norms, *plain, *biases)))
+        result.append(LayerWeights((*norms, *weights, *scales, *biases)))
     return result
 
 
-def _plain_weight(linear: nn.Module) -> torch.Tensor | None:
-    """A plain ``nn.Linear``'s float weight, or the one-row copy of a packed layer (``core.models.cpu_packed``)."""
+def _projection(linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """(weight, int8 scales or ``None``): a plain ``nn.Linear``'s float weight, the one-row copy of a
+    packed layer (``core.models.cpu_packed``), or an int8 layer's weight and scales (``core.models.cpu_quant``)."""
     if type(linear) is nn.Linear and linear.weight.is_floating_point():
-        return linear.weight
-    return getattr(linear, "one_row_weight", None)
+        return linear.weight, None
+    qweight, scales = getattr(linear, "qweight", None), getattr(linear, "scales", None)
+    if qweight is not None and scales is not None and qweight.dtype == torch.int8:
+        return qweight, scales
+    weight = getattr(linear, "one_row_weight", None)
+    return (weight, None) if weight is not None else None
 
 
 @contextmanager
@@ -116,19 +125,25 @@ def _layer_function(model: Any) -> Callable[..., torch.Tensor]:
         half = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
+    def project(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+        if scales is None:
+            return F.linear(x, weight, bias)
+        out = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), weight, scales).reshape(*x.shape[:-1], weight.shape[0])
+        return out if bias is None else out + bias
+
     def decode_layer(
         hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int,
-        norm1: torch.Tensor, norm2: torch.Tensor,
-        wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, wo: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, wd: torch.Tensor,
-        bq: torch.Tensor | None, bk: torch.Tensor | None, bv: torch.Tensor | None, bo: torch.Tensor | None,
-        bg: torch.Tensor | None, bu: torch.Tensor | None, bd: torch.Tensor | None,
+        *tensors: torch.Tensor | None,
     ) -> torch.Tensor:
-        """``hidden`` ``[1, 1, hidden_size]`` after the layer; the token's key and value go to slot ``start``."""
+        """``hidden`` ``[1, 1, hidden_size]`` after the layer; the token's key and value go to slot ``start``.
+        ``tensors``: a :class:`LayerWeights`' (norms; q, k, v, o, gate, up, down weights, scales, biases)."""
+        norm1, norm2 = tensors[0], tensors[1]
+        q, k, v, o, gate, up, down = ((tensors[2 + i], tensors[9 + i], tensors[16 + i]) for i in range(7))
         h = rms_norm(hidden, norm1)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        query = rotate(F.linear(h, wq, bq).view(1, 1, heads, head_dim).transpose(1, 2), cos, sin)
-        key = rotate(F.linear(h, wk, bk).view(1, 1, kv_heads, head_dim).transpose(1, 2), cos, sin)
-        value = F.linear(h, wv, bv).view(1, 1, kv_heads, head_dim).transpose(1, 2)
+        query = rotate(project(h, *q).view(1, 1, heads, head_dim).transpose(1, 2), cos, sin)
+        key = rotate(project(h, *k).view(1, 1, kv_heads, head_dim).transpose(1, 2), cos, sin)
+        value = project(h, *v).view(1, 1, kv_heads, head_dim).transpose(1, 2)
         keys[:, :, start : start + 1] = key
         values[:, :, start : start + 1] = value
         cached_keys, cached_values = keys[:, :, : start + 1], values[:, :, : start + 1]
@@ -137,9 +152,9 @@ def _layer_function(model: Any) -> Callable[..., torch.Tensor]:
         scores = (grouped * cached_keys[:, :, None].float()).sum(-1) * scaling
         weights = torch.softmax(scores, dim=-1)
         out = (weights[..., None] * cached_values[:, :, None].float()).sum(-2).to(hidden.dtype)
-        hidden = hidden + F.linear(out.reshape(1, 1, heads * head_dim), wo, bo)
+        hidden = hidden + project(out.reshape(1, 1, heads * head_dim), *o)
         h = rms_norm(hidden, norm2)
-        return hidden + F.linear(F.silu(F.linear(h, wg, bg)) * F.linear(h, wu, bu), wd, bd)
+        return hidden + project(F.silu(project(h, *gate)) * project(h, *up), *down)
 
     return decode_layer
 
@@ -172,7 +187,7 @@ def _warm_up(model: Any, compiled: Callable[..., torch.Tensor]) -> None:
     weights = layer_weights(model)
     assert weights is not None
     config = model.config
-    dtype = weights[0].tensors[2].dtype
+    dtype = model.get_input_embeddings().weight.dtype
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     shape = (1, config.num_key_value_heads, _WARM_UP_START + 3, head_dim)
     inner = model.model

@@ -101,10 +101,29 @@ def test_models_it_cannot_run_keep_the_eager_step() -> None:
     model = make_model(tiny_llama_config(96), seed=0)
     packed = copy.deepcopy(model)
     apply_layout(packed, PACKED)  # packed without a plain copy: no plain weights to compile against
-    assert "plain float weights" in why_not_compilable(packed)
-    quantize_model(model, 8)
-    assert "plain float weights" in why_not_compilable(model)
+    assert "packed-only" in why_not_compilable(packed)
+    quantize_model(model, 4)
+    assert "int4" in why_not_compilable(model)
     assert compile_step(model) is not None and compiled_layer(model) is None
+
+
+def test_int8_weights_compile_and_decode_as_their_eager_step() -> None:
+    from core.models.cpu_quant import quantize_model
+
+    model = make_model(tiny_llama_config(96), seed=7)
+    quantize_model(model, 8)  # fp32 activations: the compiled int8 step must give the eager int8 step's tokens
+    prompts = [_prompt(seed) for seed in range(2)]
+    eager = [Decoding(model, prompt, max_new_tokens=24) for prompt in prompts]
+    for decoding in eager:
+        list(decoding)
+    assert compile_step(model) is None
+    try:
+        for prompt, expected in zip(prompts, eager):
+            compiled = Decoding(model, prompt, max_new_tokens=24)
+            assert _layer_calls(model, lambda: list(compiled)) == 1
+            assert compiled.tokens == expected.tokens
+    finally:
+        drop_compiled_step(model)
 
 
 def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None:
