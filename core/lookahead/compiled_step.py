@@ -9,8 +9,8 @@ layer's worth (about 13 s for the default model here, 2 s once inductor's disk c
 
 The weight products run on the plain weights with oneDNN switched off around the step: torch's
 own kernels read a single row's weights fastest in half precision (see ``core.models.cpu_packed``),
-so the step needs plain weights (layout ``plain`` or ``packed+rows``) or int8 ones
-(``core.models.cpu_quant``, through ``torch._weight_int8pack_mm``). Lookahead's wider steps stay
+so the step needs plain weights (layout ``plain`` or ``packed+rows``) or int8 / int4 ones
+(``core.models.cpu_quant``, through torch's weight-only kernels). Lookahead's wider steps stay
 eager, on the packed weights. Whether compiling pays (it needs a C++ compiler, and inductor's code
 is not faster everywhere) is measured where the app runs: :func:`choose_compiled_step`.
 """
@@ -63,13 +63,13 @@ def why_not_compilable(model: Any) -> str | None:
     if getattr(model.config, "hidden_act", None) not in ("silu", "swish"):
         return f"activation {model.config.hidden_act!r}"
     if layer_weights(model) is None:
-        return "int4 or packed-only weights (it needs plain float or int8 weights)"
+        return "packed-only or unknown quantized weights (it needs plain float, int8 or int4 weights)"
     return None
 
 
 def layer_weights(model: Any) -> list[LayerWeights] | None:
-    """Every layer's norms, then its seven projections' weights, int8 scales (``None`` for float
-    weights) and biases; ``None`` if a projection has neither a plain float nor an int8 weight."""
+    """Every layer's norms, then its seven projections' weights, int8 or int4 scales (``None`` for
+    float weights) and biases; ``None`` if a projection has no weight the compiled step can read."""
     result = []
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
@@ -86,13 +86,17 @@ def layer_weights(model: Any) -> list[LayerWeights] | None:
 
 
 def _projection(linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """(weight, int8 scales or ``None``): a plain ``nn.Linear``'s float weight, the one-row copy of a
-    packed layer (``core.models.cpu_packed``), or an int8 layer's weight and scales (``core.models.cpu_quant``)."""
+    """(weight, scales or ``None``): a plain ``nn.Linear``'s float weight, the one-row copy of a
+    packed layer (``core.models.cpu_packed``), or an int8 or int4 layer's weight and scales
+    (``core.models.cpu_quant``)."""
     if type(linear) is nn.Linear and linear.weight.is_floating_point():
         return linear.weight, None
     qweight, scales = getattr(linear, "qweight", None), getattr(linear, "scales", None)
     if qweight is not None and scales is not None and qweight.dtype == torch.int8:
         return qweight, scales
+    int4, scales_and_zeros = getattr(linear, "packed", None), getattr(linear, "scales_and_zeros", None)
+    if int4 is not None and scales_and_zeros is not None:
+        return int4, scales_and_zeros
     weight = getattr(linear, "one_row_weight", None)
     return (weight, None) if weight is not None else None
 
@@ -128,7 +132,12 @@ def _layer_function(model: Any) -> Callable[..., torch.Tensor]:
     def project(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
         if scales is None:
             return F.linear(x, weight, bias)
-        out = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), weight, scales).reshape(*x.shape[:-1], weight.shape[0])
+        flat = x.reshape(-1, x.shape[-1])
+        if weight.dtype == torch.int8:  # one scale per output channel
+            out = torch._weight_int8pack_mm(flat, weight, scales)
+        else:  # int4 packed for the CPU kernel; scales and zeros [in / group, out, 2]
+            out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, weight, flat.shape[-1] // scales.shape[0], scales)
+        out = out.reshape(*x.shape[:-1], out.shape[-1])
         return out if bias is None else out + bias
 
     def decode_layer(
