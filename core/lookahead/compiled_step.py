@@ -24,7 +24,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +39,9 @@ MIN_CACHED = 2  # the compiled step runs after this many cached tokens: 0 and 1 
 _WARM_UP_START = 5  # cache entries before the warm-up token
 
 
-@dataclass(frozen=True)
-class LayerWeights:
-    """One decoder layer's tensors, in the order the compiled function takes them (biases may be ``None``)."""
-
-    tensors: tuple[torch.Tensor | None, ...]
+LayerWeights = tuple[torch.Tensor | None, ...]
+"""One decoder layer's tensors, in the order the compiled function takes them: two norms, then the seven
+projections' (q, k, v, o, gate, up, down) weights, their scales and their biases (``None`` where absent)."""
 
 
 def set_compile_cache(cache_dir: Path) -> None:
@@ -81,7 +78,7 @@ def layer_weights(model: Any) -> list[LayerWeights] | None:
         scales = [p[1] for p in projections if p is not None]
         biases = [getattr(linear, "bias", None) for linear in linears]
         norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
-        result.append(LayerWeights((*norms, *weights, *scales, *biases)))
+        result.append((*norms, *weights, *scales, *biases))
     return result
 
 
@@ -145,7 +142,7 @@ def _layer_function(model: Any) -> Callable[..., torch.Tensor]:
         *tensors: torch.Tensor | None,
     ) -> torch.Tensor:
         """``hidden`` ``[1, 1, hidden_size]`` after the layer; the token's key and value go to slot ``start``.
-        ``tensors``: a :class:`LayerWeights`' (norms; q, k, v, o, gate, up, down weights, scales, biases)."""
+        ``tensors``: a layer's :data:`LayerWeights`."""
         norm1, norm2 = tensors[0], tensors[1]
         q, k, v, o, gate, up, down = ((tensors[2 + i], tensors[9 + i], tensors[16 + i]) for i in range(7))
         h = rms_norm(hidden, norm1)
@@ -204,7 +201,7 @@ def _warm_up(model: Any, compiled: Callable[..., torch.Tensor]) -> None:
         keys, values = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
         hidden = inner.embed_tokens(torch.tensor([[0]]))
         cos, sin = inner.rotary_emb(hidden, position_ids=torch.tensor([[_WARM_UP_START]]))
-        compiled(hidden, cos, sin, keys, values, _WARM_UP_START, *weights[0].tensors)
+        compiled(hidden, cos, sin, keys, values, _WARM_UP_START, *weights[0])
 
 
 def compile_errors() -> tuple[type[BaseException], ...]:

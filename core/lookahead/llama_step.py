@@ -115,7 +115,7 @@ class LlamaStep:
         with one_row_kernels():
             for index, weights in enumerate(self._weights):
                 keys, values = self.cache.buffers(index, like)
-                hidden = self._compiled(hidden, cos, sin, keys, values, start, *weights.tensors)
+                hidden = self._compiled(hidden, cos, sin, keys, values, start, *weights)
             self.cache.advance(1)
             return self.model.lm_head(inner.norm(hidden)[0])
 
