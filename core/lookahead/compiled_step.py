@@ -21,6 +21,7 @@ import logging
 import os
 import statistics
 import time
+import types
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -162,7 +163,17 @@ def _layer_function(model: Any) -> Callable[..., torch.Tensor]:
         h = rms_norm(hidden, norm2)
         return hidden + project(F.silu(project(h, *gate)) * project(h, *up), *down)
 
-    return decode_layer
+    return _own_code(decode_layer)
+
+
+def _own_code(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``function`` with a code object of its own. Dynamo keeps its compiled entries on the code object,
+    at most ``recompile_limit`` (8) of them: shared by every model, a process that loads a few models
+    (switching models in the app, the tests) would run out, and its next model would stay eager."""
+    code = function.__code__.replace()
+    assert code is not function.__code__
+    return types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__,
+                              function.__closure__)
 
 
 def compile_step(model: Any) -> str | None:

@@ -120,6 +120,27 @@ def test_quantized_weights_compile_and_decode_as_their_eager_step(bits: int) -> 
         drop_compiled_step(model)
 
 
+def test_every_model_a_process_loads_gets_its_own_compiled_entries() -> None:
+    """Dynamo allows a few compiled entries per code object; models loaded one after another (switching
+    models in the app) must not share them, or a later model stays eager."""
+    from core.models.cpu_quant import quantize_model
+
+    models = [make_model(tiny_llama_config(96, hidden_size=48 + 16 * i), seed=i) for i in range(3)]
+    quantize_model(models[1], 8)
+    quantize_model(models[2], 4)
+    with torch._dynamo.config.patch(recompile_limit=1):  # one entry per model is all each one needs
+        for model in models:
+            expected = Decoding(model, _prompt(1), max_new_tokens=12)
+            list(expected)
+            assert compile_step(model) is None
+            try:
+                compiled = Decoding(model, _prompt(1), max_new_tokens=12)
+                assert _layer_calls(model, lambda: list(compiled)) == 1
+                assert compiled.tokens == expected.tokens
+            finally:
+                drop_compiled_step(model)
+
+
 def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None:
     import torch._inductor.config as inductor_config
 
