@@ -1,11 +1,13 @@
-"""A compiled 1-token decoding step for the CPU: one decoder layer as one inductor graph, reused by every layer.
+"""A compiled 1-token decoding step for the CPU: one decoder layer as ahead-of-time compiled code, reused by every layer.
 
 Eager PyTorch runs a decoder layer as some forty small operators (norms, rotary, residuals, SiLU,
 the cache write, attention), each with its own dispatch; at a few milliseconds per 1-token step
-for a 30-layer model, that is much of the step. Here the layer is a pure function of its input,
-its cache buffers and its weights, compiled once by ``torch.compile`` (inductor, dynamic shapes:
-any cache length) and called for each layer with that layer's weights, so compiling costs one
-layer's worth (about 13 s for the default model here, 2 s once inductor's disk cache has it).
+for a 30-layer model, that is much of the step. Here the layer is a function of its input, its
+cache and its weights, exported for any cache length and compiled by AOTInductor into a package
+(a shared library) that every layer calls with its own weights. Compiling costs one layer's worth
+(about 10 s for the default model here); the package is kept in inductor's cache folder, keyed by
+what the code depends on (shapes, dtypes, threads, torch, the processor's vector instructions), so
+a later start loads it in milliseconds.
 
 The weight products run on the plain weights with oneDNN switched off around the step: torch's
 own kernels read a single row's weights fastest in half precision (see ``core.models.cpu_packed``),
@@ -18,13 +20,15 @@ is not faster everywhere) is measured where the app runs: :func:`choose_compiled
 from __future__ import annotations
 
 import logging
+import hashlib
 import os
+import platform
 import statistics
 import time
-import types
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +39,9 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 COMPILED_MARGIN = 1.03  # the compiled 1-token step must be this much cheaper than the eager one to be kept
-_COMPILED: "weakref.WeakKeyDictionary[Any, Callable[..., torch.Tensor]]" = weakref.WeakKeyDictionary()  # model -> layer
-MIN_CACHED = 2  # the compiled step runs after this many cached tokens: 0 and 1 would each be compiled apart
+LayerRunner = Callable[[list[torch.Tensor]], list[torch.Tensor]]
+"""A compiled layer: ``[hidden, cos, sin, keys, values, *weights]`` (``None`` weights left out) in, ``[hidden]`` out."""
+MIN_CACHED = 1  # the compiled step runs after this many cached tokens (export gives sizes 0 and 1 code of their own)
 _WARM_UP_START = 5  # cache entries before the warm-up token
 
 
@@ -46,7 +51,8 @@ projections' (q, k, v, o, gate, up, down) weights, their scales and their biases
 
 
 def set_compile_cache(cache_dir: Path) -> None:
-    """Keep inductor's compiled code under the app's cache folder (unless the user chose a folder)."""
+    """Keep inductor's compiled code and the step packages under the app's cache folder (unless the user
+    chose a folder)."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
 
 
@@ -109,75 +115,102 @@ def one_row_kernels() -> Iterator[None]:
         torch.backends.mkldnn.enabled = enabled
 
 
-def _layer_function(model: Any) -> Callable[..., torch.Tensor]:
-    """The decoder layer of a 1-token step, as transformers computes it (``LlamaDecoderLayer``)."""
+@dataclass(frozen=True)
+class _LayerSpec:
+    """What the compiled code of a decoder layer depends on, besides its weights (inputs, not constants)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    tensors: tuple[str, ...]  # per LayerWeights entry: its dtype and shape, or "-" where absent
+    threads: int  # inductor's kernels are compiled for a thread count
+    machine: str  # torch version, processor and the vector instructions the kernels use
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:24]
+
+
+_COMPILED: "weakref.WeakKeyDictionary[Any, tuple[_LayerSpec, LayerRunner]]" = weakref.WeakKeyDictionary()  # model ->
+
+
+def _layer_spec(model: Any, weights: LayerWeights) -> _LayerSpec:
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
     config = model.config
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    groups, scaling = heads // kv_heads, head_dim**-0.5
-    eps = float(model.model.layers[0].input_layernorm.variance_epsilon)
+    heads = config.num_attention_heads
+    return _LayerSpec(
+        heads=heads,
+        kv_heads=config.num_key_value_heads,
+        head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+        eps=float(model.model.layers[0].input_layernorm.variance_epsilon),
+        tensors=tuple("-" if t is None else f"{t.dtype}{list(t.shape)}" for t in weights),
+        threads=torch.get_num_threads(),
+        machine=f"{torch.__version__} {platform.machine()} {pick_vec_isa()}",
+    )
 
-    def rms_norm(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        dtype = hidden.dtype
-        hidden = hidden.to(torch.float32)
-        hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + eps)
-        return weight * hidden.to(dtype)
 
-    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+class _DecoderLayer(nn.Module):
+    """A decoder layer's 1-token step, as transformers computes it (``LlamaDecoderLayer``); its weights are inputs."""
 
-    def project(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
-        if scales is None:
-            return F.linear(x, weight, bias)
-        flat = x.reshape(-1, x.shape[-1])
-        if weight.dtype == torch.int8:  # one scale per output channel
-            out = torch._weight_int8pack_mm(flat, weight, scales)
-        else:  # int4 packed for the CPU kernel; scales and zeros [in / group, out, 2]
-            out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, weight, flat.shape[-1] // scales.shape[0], scales)
-        out = out.reshape(*x.shape[:-1], out.shape[-1])
-        return out if bias is None else out + bias
+    def __init__(self, spec: _LayerSpec) -> None:
+        super().__init__()
+        self.spec = spec
 
-    def decode_layer(
-        hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int,
+    def forward(
+        self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
         *tensors: torch.Tensor | None,
     ) -> torch.Tensor:
-        """``hidden`` ``[1, 1, hidden_size]`` after the layer; the token's key and value go to slot ``start``.
+        """``hidden`` ``[1, 1, hidden_size]`` after the layer. ``keys`` and ``values``: the cache
+        ``[length, kv_heads, head_dim]`` up to and including this token's slot, which is written here.
         ``tensors``: a layer's :data:`LayerWeights`."""
+        spec = self.spec
+        heads, kv_heads, head_dim = spec.heads, spec.kv_heads, spec.head_dim
         norm1, norm2 = tensors[0], tensors[1]
         q, k, v, o, gate, up, down = ((tensors[2 + i], tensors[9 + i], tensors[16 + i]) for i in range(7))
-        h = rms_norm(hidden, norm1)
+        h = self._rms_norm(hidden, norm1)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        query = rotate(project(h, *q).view(1, 1, heads, head_dim).transpose(1, 2), cos, sin)
-        key = rotate(project(h, *k).view(1, 1, kv_heads, head_dim).transpose(1, 2), cos, sin)
-        value = project(h, *v).view(1, 1, kv_heads, head_dim).transpose(1, 2)
-        keys[:, :, start : start + 1] = key
-        values[:, :, start : start + 1] = value
-        cached_keys, cached_values = keys[:, :, : start + 1], values[:, :, : start + 1]
+        query = _rotate(_project(h, *q).view(1, 1, heads, head_dim).transpose(1, 2), cos, sin)
+        key = _rotate(_project(h, *k).view(1, 1, kv_heads, head_dim).transpose(1, 2), cos, sin)
+        keys[-1:] = key.view(1, kv_heads, head_dim)
+        values[-1:] = _project(h, *v).view(1, kv_heads, head_dim)
         # One query: attention as fp32 reductions, which inductor fuses (no matrix-product calls).
-        grouped = query.reshape(1, kv_heads, groups, 1, head_dim).float()
-        scores = (grouped * cached_keys[:, :, None].float()).sum(-1) * scaling
+        grouped = query.reshape(kv_heads, heads // kv_heads, 1, head_dim).float()
+        scores = (grouped * keys.permute(1, 0, 2)[:, None].float()).sum(-1) * head_dim**-0.5
         weights = torch.softmax(scores, dim=-1)
-        out = (weights[..., None] * cached_values[:, :, None].float()).sum(-2).to(hidden.dtype)
-        hidden = hidden + project(out.reshape(1, 1, heads * head_dim), *o)
-        h = rms_norm(hidden, norm2)
-        return hidden + project(F.silu(project(h, *gate)) * project(h, *up), *down)
+        out = (weights[..., None] * values.permute(1, 0, 2)[:, None].float()).sum(-2).to(hidden.dtype)
+        hidden = hidden + _project(out.reshape(1, 1, heads * head_dim), *o)
+        h = self._rms_norm(hidden, norm2)
+        return hidden + _project(F.silu(_project(h, *gate)) * _project(h, *up), *down)
 
-    return _own_code(decode_layer)
+    def _rms_norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        dtype = hidden.dtype
+        hidden = hidden.to(torch.float32)
+        hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + self.spec.eps)
+        return weight * hidden.to(dtype)
 
 
-def _own_code(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """``function`` with a code object of its own. Dynamo keeps its compiled entries on the code object,
-    at most ``recompile_limit`` (8) of them: shared by every model, a process that loads a few models
-    (switching models in the app, the tests) would run out, and its next model would stay eager."""
-    code = function.__code__.replace()
-    assert code is not function.__code__
-    return types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__,
-                              function.__closure__)
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _project(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+    if scales is None:
+        return F.linear(x, weight, bias)
+    flat = x.reshape(-1, x.shape[-1])
+    if weight.dtype == torch.int8:  # one scale per output channel
+        out = torch._weight_int8pack_mm(flat, weight, scales)
+    else:  # int4 packed for the CPU kernel; scales and zeros [in / group, out, 2]
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, weight, flat.shape[-1] // scales.shape[0], scales)
+    out = out.reshape(*x.shape[:-1], out.shape[-1])
+    return out if bias is None else out + bias
 
 
 def compile_step(model: Any) -> str | None:
-    """Compile the 1-token layer for ``model`` now (a warm-up step on scratch buffers) and attach it.
+    """Give ``model`` the compiled 1-token layer: from the package cache, else compiled now (and stored);
+    then run it once on scratch buffers.
 
     Returns ``None`` on success, else why it cannot (the model then keeps the eager step). Compiling
     needs a C++ compiler; any failure of inductor is caught and reported here.
@@ -185,47 +218,102 @@ def compile_step(model: Any) -> str | None:
     reason = why_not_compilable(model)
     if reason is not None:
         return reason
+    weights = layer_weights(model)
+    assert weights is not None
+    spec = _layer_spec(model, weights[0])
+    path = _package_dir() / f"layer-{spec.key}.pt2"
     try:
-        import torch._inductor.config as inductor_config
-
-        compiled = torch.compile(_layer_function(model), dynamic=True, fullgraph=True)
-        # In this process: no pool of compile workers (in an installed app those would start the app again)
-        with inductor_config.patch(compile_threads=1):
-            _warm_up(model, compiled)
+        layer = (_load(path) if path.exists() else None) or _compile(model, spec, weights[0], path)
+        with torch.inference_mode(), one_row_kernels():
+            layer([*_scratch_inputs(model), *_present(weights[0])])
     except Exception as err:  # noqa: BLE001 - inductor raises many kinds (no compiler, no headers); eager still answers
         log.warning("the decoding step stays eager: compiling it failed: %s", err)
         first_line = (str(err).strip().splitlines() or [""])[0][:200]
         return f"compiling failed: {type(err).__name__}: {first_line}"
-    _COMPILED[model] = compiled
+    _COMPILED[model] = spec, layer
     return None
 
 
-def _warm_up(model: Any, compiled: Callable[..., torch.Tensor]) -> None:
-    weights = layer_weights(model)
-    assert weights is not None
+def _package_dir() -> Path:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir()) / "lookahead-steps"
+
+
+def _present(weights: LayerWeights) -> tuple[torch.Tensor, ...]:
+    return tuple(t for t in weights if t is not None)
+
+
+def _runner(path: Path) -> LayerRunner:
+    """A package's compiled code, called directly: its Python ``__call__`` reads the call's tree spec
+    again on every call (25 us a layer here, 0.75 ms a step for 30 layers)."""
+    return torch._inductor.aoti_load_package(str(path)).loader.run
+
+
+def _load(path: Path) -> LayerRunner | None:
+    """A stored package, or ``None`` (and the file removed) where it does not load."""
+    try:
+        return _runner(path)
+    except Exception as err:  # noqa: BLE001 - a truncated or foreign file: compile it again
+        log.warning("compiling the decoding step again: %s does not load (%s)", path.name, err)
+        path.unlink(missing_ok=True)
+        return None
+
+
+def _compile(model: Any, spec: _LayerSpec, weights: LayerWeights, path: Path) -> LayerRunner:
+    """Export the layer for any cache length and compile it ahead of time (AOTInductor) into ``path``.
+
+    Ahead-of-time code runs without dynamo's guards and Python wrapper: a fifth less time per layer
+    than ``torch.compile`` of the same function here. Compiling runs in this process (no worker
+    pool, which in an installed app would start the app again)."""
+    import torch._inductor.config as inductor_config
+    from torch.export import Dim
+
+    inputs = (*_scratch_inputs(model), *weights)
+    length = Dim("length", min=2, max=1 << 20)
+    shapes = (None, None, None, {0: length}, {0: length}, (None,) * len(weights))  # the last: *tensors
+    with torch.no_grad():
+        program = torch.export.export(_DecoderLayer(spec), inputs, dynamic_shapes=shapes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.pt2")
+    with inductor_config.patch(compile_threads=1):
+        torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
+    partial.replace(path)  # whole or not at all: another start never loads half a package
+    return _runner(path)
+
+
+def _scratch_inputs(model: Any) -> tuple[torch.Tensor, ...]:
+    """A 1-token step's input, rotary tables and zeroed cache ``[_WARM_UP_START + 1, kv_heads, head_dim]``."""
     config = model.config
     dtype = model.get_input_embeddings().weight.dtype
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    shape = (1, config.num_key_value_heads, _WARM_UP_START + 3, head_dim)
+    shape = (_WARM_UP_START + 1, config.num_key_value_heads, head_dim)
     inner = model.model
-    with torch.inference_mode(), one_row_kernels():
-        keys, values = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+    with torch.no_grad():
         hidden = inner.embed_tokens(torch.tensor([[0]]))
         cos, sin = inner.rotary_emb(hidden, position_ids=torch.tensor([[_WARM_UP_START]]))
-        compiled(hidden, cos, sin, keys, values, _WARM_UP_START, *weights[0])
+    return hidden, cos, sin, torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
 
 
-def compile_errors() -> tuple[type[BaseException], ...]:
-    """What a compiled call raises when compiling again fails (a recompilation on new shapes): not
-    out of memory or other errors of the computation itself, which must reach the caller."""
-    from torch._dynamo.exc import FailOnRecompileLimitHit, TorchDynamoException
-
-    return TorchDynamoException, FailOnRecompileLimitHit
+def compiled_layer(model: Any) -> LayerRunner | None:
+    """The compiled layer attached by :func:`compile_step`, if any."""
+    attached = _COMPILED.get(model)
+    return attached[1] if attached is not None else None
 
 
-def compiled_layer(model: Any) -> Callable[..., torch.Tensor] | None:
-    """The compiled layer function attached by :func:`compile_step`, if any."""
-    return _COMPILED.get(model)
+def compiled_weights(model: Any) -> tuple[LayerRunner, list[tuple[torch.Tensor, ...]]] | None:
+    """The compiled layer and every layer's weights as it takes them; ``None`` (eager) when none is
+    attached, or when the model changed since it was compiled (converted to another dtype, say)."""
+    attached = _COMPILED.get(model)
+    weights = layer_weights(model) if attached is not None else None
+    if attached is None or weights is None:
+        return None
+    spec, layer = attached
+    if any(_layer_spec(model, w) != spec for w in weights):
+        log.warning("the decoding step runs eager: the model changed since its step was compiled")
+        drop_compiled_step(model)
+        return None
+    return layer, [_present(w) for w in weights]
 
 
 def drop_compiled_step(model: Any) -> None:

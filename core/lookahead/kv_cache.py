@@ -10,7 +10,10 @@ import torch
 
 
 class StaticKVCache:
-    """Keys and values of every layer, ``[1, kv_heads, capacity, head_dim]`` each; ``length`` slots used."""
+    """Keys and values of every layer, ``[capacity, kv_heads, head_dim]`` each; ``length`` slots used.
+
+    Time comes first so that the entries up to any slot are one contiguous block (what the compiled
+    1-token step takes); attention gets them as ``[1, kv_heads, slots, head_dim]`` views."""
 
     def __init__(self, layers: int, capacity: int) -> None:
         self.keys: list[torch.Tensor | None] = [None] * layers
@@ -26,8 +29,8 @@ class StaticKVCache:
         for buffers in (self.keys, self.values):
             for i, old in enumerate(buffers):
                 if old is not None:
-                    new = old.new_zeros(old.shape[0], old.shape[1], self.capacity, old.shape[3])
-                    new[:, :, : self.length] = old[:, :, : self.length]
+                    new = old.new_zeros(self.capacity, *old.shape[1:])
+                    new[: self.length] = old[: self.length]
                     buffers[i] = new
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,15 +40,15 @@ class StaticKVCache:
         """
         end = self.length + keys.shape[2]
         key_buffer, value_buffer = self.buffers(layer, keys)
-        key_buffer[:, :, self.length : end] = keys
-        value_buffer[:, :, self.length : end] = values
-        return key_buffer[:, :, :end], value_buffer[:, :, :end]
+        key_buffer[self.length : end] = keys[0].transpose(0, 1)
+        value_buffer[self.length : end] = values[0].transpose(0, 1)
+        return key_buffer[:end].permute(1, 0, 2)[None], value_buffer[:end].permute(1, 0, 2)[None]
 
     def buffers(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A layer's whole key and value buffers; allocated on first use, with the heads, head size, dtype
         and device of ``like`` (``[1, kv_heads, q, head_dim]``, what the layer computes)."""
         if self.keys[layer] is None:
-            shape = (1, like.shape[1], self.capacity, like.shape[3])
+            shape = (self.capacity, like.shape[1], like.shape[3])
             self.keys[layer] = like.new_zeros(shape)
             self.values[layer] = like.new_zeros(shape)
         return self.keys[layer], self.values[layer]
@@ -65,5 +68,5 @@ class StaticKVCache:
                         continue
                     if src is None:
                         src = torch.tensor([past + s for s in sources], device=buffer.device)
-                    buffer[:, :, past + 1 : past + 1 + accepted] = buffer[:, :, src]
+                    buffer[past + 1 : past + 1 + accepted] = buffer[src]
         self.length = past + 1 + accepted

@@ -12,21 +12,16 @@ on the CPU attends by two matrix products (torch's kernel is several times slowe
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from core.lookahead.compiled_step import (
-    MIN_CACHED, compile_errors, compiled_layer, drop_compiled_step, layer_weights, one_row_kernels,
-)
+from core.lookahead.compiled_step import MIN_CACHED, compiled_weights, one_row_kernels
 from core.lookahead.kv_cache import StaticKVCache
 from core.lookahead.model_step import causal_mask
 from core.lookahead.sliding import sliding_window_of
-
-log = logging.getLogger(__name__)
 
 SUPPORTED_TYPES = frozenset({"llama", "mistral", "qwen2"})
 """Architectures whose decoder layer is exactly: norm, attention (q/k/v/o projections, rotary), norm, MLP."""
@@ -63,11 +58,8 @@ class LlamaStep:
         self.scaling = self.head_dim**-0.5
         self._rotate = sys.modules[type(self.layers[0].self_attn).__module__].apply_rotary_pos_emb
         self.cache = StaticKVCache(len(self.layers), capacity)
-        # The compiled 1-token layer (core.lookahead.compiled_step), where one is attached and the weights are plain
-        self._compiled = compiled_layer(model)
-        self._weights = layer_weights(model) if self._compiled is not None else None
-        if self._weights is None:
-            self._compiled = None
+        # The compiled 1-token layer (core.lookahead.compiled_step), where one is attached and still fits the weights
+        self._compiled, self._weights = compiled_weights(model) or (None, None)
 
     @property
     def length(self) -> int:
@@ -81,12 +73,7 @@ class LlamaStep:
         hidden = inner.embed_tokens(ids[None])
         cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])
         if q == 1 and mask is None and self._compiled is not None and past >= MIN_CACHED:
-            try:
-                return self._compiled_token(hidden, cos, sin)
-            except compile_errors() as err:  # a recompilation that fails: this step and the rest run eager
-                log.warning("the compiled step failed, decoding goes on eager: %s", err)
-                self._compiled = None
-                drop_compiled_step(self.model)
+            return self._compiled_token(hidden, cos, sin)
         attn_mask, causal = None, False
         if mask is not None:
             attn_mask = mask[None, None]
@@ -111,11 +98,11 @@ class LlamaStep:
         assert self._compiled is not None and self._weights is not None
         inner = self.model.model
         like = hidden.new_empty(1, self.kv_heads, 1, self.head_dim)
-        start = self.cache.length
+        end = self.cache.length + 1
         with one_row_kernels():
             for index, weights in enumerate(self._weights):
                 keys, values = self.cache.buffers(index, like)
-                hidden = self._compiled(hidden, cos, sin, keys, values, start, *weights)
+                hidden = self._compiled([hidden, cos, sin, keys[:end], values[:end], *weights])[0]
             self.cache.advance(1)
             return self.model.lm_head(inner.norm(hidden)[0])
 

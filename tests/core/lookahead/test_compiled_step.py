@@ -120,25 +120,24 @@ def test_quantized_weights_compile_and_decode_as_their_eager_step(bits: int) -> 
         drop_compiled_step(model)
 
 
-def test_every_model_a_process_loads_gets_its_own_compiled_entries() -> None:
-    """Dynamo allows a few compiled entries per code object; models loaded one after another (switching
-    models in the app) must not share them, or a later model stays eager."""
+def test_models_loaded_one_after_another_each_run_their_own_compiled_step() -> None:
+    """Switching models in the app: each shape and kind of weights gets its own compiled layer."""
     from core.models.cpu_quant import quantize_model
 
     models = [make_model(tiny_llama_config(96, hidden_size=48 + 16 * i), seed=i) for i in range(3)]
     quantize_model(models[1], 8)
     quantize_model(models[2], 4)
-    with torch._dynamo.config.patch(recompile_limit=1):  # one entry per model is all each one needs
-        for model in models:
-            expected = Decoding(model, _prompt(1), max_new_tokens=12)
-            list(expected)
-            assert compile_step(model) is None
-            try:
-                compiled = Decoding(model, _prompt(1), max_new_tokens=12)
-                assert _layer_calls(model, lambda: list(compiled)) == 1
-                assert compiled.tokens == expected.tokens
-            finally:
-                drop_compiled_step(model)
+    for model in models:
+        expected = Decoding(model, _prompt(1), max_new_tokens=12)
+        list(expected)
+        assert compile_step(model) is None
+    for model in models:
+        compiled = Decoding(model, _prompt(1), max_new_tokens=12)
+        assert _layer_calls(model, lambda: list(compiled)) == 1
+        drop_compiled_step(model)
+        expected = Decoding(model, _prompt(1), max_new_tokens=12)
+        list(expected)
+        assert compiled.tokens == expected.tokens
 
 
 def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None:
@@ -157,28 +156,14 @@ def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None
     assert again.tokens == expected.tokens
 
 
-def test_a_compiled_step_that_fails_mid_answer_hands_over_to_the_eager_step() -> None:
-    from torch._dynamo.exc import FailOnRecompileLimitHit
-
-    from core.lookahead import compiled_step
-
-    model = make_model(tiny_llama_config(96), seed=6)
-    prompt = _prompt(3)
-    expected = Decoding(model, prompt, max_new_tokens=12)
+def test_a_model_converted_after_compiling_runs_eager_again() -> None:
+    """Compiled code fits one dtype: after ``model.to(bfloat16)`` the step must not feed it bf16 weights."""
+    model = make_model(tiny_llama_config(96), seed=4)
+    assert compile_step(model) is None
+    model.to(torch.bfloat16)
+    converted = Decoding(model, _prompt(4), max_new_tokens=12)
+    assert _layer_calls(model, lambda: list(converted)) == 12  # every step eager
+    assert compiled_layer(model) is None
+    expected = Decoding(model, _prompt(4), max_new_tokens=12)
     list(expected)
-
-    def failing_layer(*args: object) -> None:  # what a fullgraph recompilation past dynamo's limit raises
-        raise FailOnRecompileLimitHit("Hard failure due to fullgraph=True")
-
-    compiled_step._COMPILED[model] = failing_layer
-    decoding = Decoding(model, prompt, max_new_tokens=12)
-    list(decoding)
-    assert decoding.tokens == expected.tokens and compiled_layer(model) is None
-
-    def out_of_memory(*args: object) -> None:
-        raise torch.OutOfMemoryError("out of memory")
-
-    compiled_step._COMPILED[model] = out_of_memory  # not a compile failure: it reaches the caller, who says what to do
-    with pytest.raises(torch.OutOfMemoryError):
-        list(Decoding(model, prompt, max_new_tokens=12))
-    drop_compiled_step(model)
+    assert converted.tokens == expected.tokens
