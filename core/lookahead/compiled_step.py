@@ -46,8 +46,8 @@ _WARM_UP_START = 5  # cache entries before the warm-up token
 
 
 LayerWeights = tuple[torch.Tensor | None, ...]
-"""One decoder layer's tensors, in the order the compiled function takes them: two norms, then the seven
-projections' (q, k, v, o, gate, up, down) weights, their scales and their biases (``None`` where absent)."""
+"""One decoder layer's tensors, in the order the compiled layer takes them: two norms, then the projections'
+weights, their scales and their biases (``None`` where absent); see :func:`layer_weights`."""
 
 
 def set_compile_cache(cache_dir: Path) -> None:
@@ -72,37 +72,120 @@ def why_not_compilable(model: Any) -> str | None:
 
 
 def layer_weights(model: Any) -> list[LayerWeights] | None:
-    """Every layer's norms, then its seven projections' weights, int8 or int4 scales (``None`` for
-    float weights) and biases; ``None`` if a projection has no weight the compiled step can read."""
+    """Every layer's norms, then its projections' weights, int8 or int4 scales (``None`` for float
+    weights) and biases; ``None`` if a projection has no weight the compiled step can read.
+
+    The projections are q, k, v, o, gate, up, down; or, once :func:`fuse_projections` joined them,
+    qkv, o, gate_up, down."""
+    fused = _fused(model)
     result = []
-    for layer in model.model.layers:
+    for index, layer in enumerate(model.model.layers):
         attn, mlp = layer.self_attn, layer.mlp
         linears = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
         projections = [_projection(linear) for linear in linears]
         if any(p is None for p in projections):
             return None
-        weights = [p[0] for p in projections if p is not None]
-        scales = [p[1] for p in projections if p is not None]
-        biases = [getattr(linear, "bias", None) for linear in linears]
+        joined = [(p[0], p[1], getattr(linear, "bias", None)) for p, linear in zip(projections, linears) if p is not None]
+        if fused is not None:
+            qkv, gate_up = fused[index]
+            joined = [qkv, joined[3], gate_up, joined[6]]
         norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
-        result.append((*norms, *weights, *scales, *biases))
+        result.append((*norms, *(p[0] for p in joined), *(p[1] for p in joined), *(p[2] for p in joined)))
     return result
+
+
+Projection = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+"""A projection's weight, scales (``None`` for float weights) and bias (``None`` where absent)."""
+_FUSED: "weakref.WeakKeyDictionary[Any, list[tuple[Projection, Projection]]]" = weakref.WeakKeyDictionary()
+
+
+def fuse_projections(model: Any) -> bool:
+    """Join each layer's q, k and v weights, and its gate and up weights, into one tensor each: two
+    one-row products instead of five (1 ms a step less for the default model here). The layers keep
+    views of the joined tensors, so no memory is added. int8 weights join with their scales; int4
+    weights (packed in blocks of output channels) stay apart. Returns whether the model is joined."""
+    if _fused(model) is not None:
+        return True
+    joined: list[tuple[Projection, Projection]] = []
+    for layer in model.model.layers:
+        groups = ([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
+                  [layer.mlp.gate_proj, layer.mlp.up_proj])
+        if not all(_joinable(linears) for linears in groups):
+            return False
+        joined.append((_join(groups[0]), _join(groups[1])))
+    _FUSED[model] = joined
+    return True
+
+
+def _joinable(linears: list[nn.Module]) -> bool:
+    kinds = {_kind(linear) for linear in linears}
+    biases = {getattr(linear, "bias", None) is None for linear in linears}
+    return len(kinds) == 1 and kinds <= {"float", "rows", "int8"} and len(biases) == 1
+
+
+def _kind(linear: nn.Module) -> str | None:
+    """How ``linear`` holds the weight the compiled step reads (see :func:`_projection`)."""
+    if type(linear) is nn.Linear and linear.weight.is_floating_point():
+        return "float"
+    if getattr(linear, "qweight", None) is not None and linear.qweight.dtype == torch.int8:
+        return "int8"
+    if getattr(linear, "scales_and_zeros", None) is not None:
+        return "int4"
+    return "rows" if getattr(linear, "one_row_weight", None) is not None else None
+
+
+def _join(linears: list[nn.Module]) -> Projection:
+    """One projection for ``linears``; each of them then holds a view of it."""
+    parts = [_projection(linear) for linear in linears]
+    weight = torch.cat([p[0] for p in parts if p is not None])
+    scales = None if parts[0] is None or parts[0][1] is None else torch.cat([p[1] for p in parts if p is not None])
+    biases = [getattr(linear, "bias", None) for linear in linears]
+    bias = None if biases[0] is None else torch.cat(biases)
+    start = 0
+    for linear in linears:
+        rows = slice(start, start + linear.out_features)
+        start = rows.stop
+        kind = _kind(linear)
+        if kind == "float":
+            linear.weight = nn.Parameter(weight[rows], requires_grad=False)
+        elif kind == "rows":
+            linear.plain = weight[rows]
+        else:
+            assert scales is not None
+            linear.qweight, linear.scales = weight[rows], scales[rows]
+    return weight, scales, bias
+
+
+def _fused(model: Any) -> list[tuple[Projection, Projection]] | None:
+    """The joined projections, while the layers still hold views of them (not after ``model.to(...)``)."""
+    joined = _FUSED.get(model)
+    if joined is None:
+        return None
+    for layer, (qkv, gate_up) in zip(model.model.layers, joined):
+        attn, mlp = layer.self_attn, layer.mlp
+        for linears, weight in (([attn.q_proj, attn.k_proj, attn.v_proj], qkv[0]), ([mlp.gate_proj, mlp.up_proj], gate_up[0])):
+            start = 0
+            for linear in linears:
+                part = _projection(linear)
+                if part is None or part[0].data_ptr() != weight[start].data_ptr():
+                    del _FUSED[model]
+                    return None
+                start += linear.out_features
+    return joined
 
 
 def _projection(linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """(weight, scales or ``None``): a plain ``nn.Linear``'s float weight, the one-row copy of a
     packed layer (``core.models.cpu_packed``), or an int8 or int4 layer's weight and scales
     (``core.models.cpu_quant``)."""
-    if type(linear) is nn.Linear and linear.weight.is_floating_point():
+    kind = _kind(linear)
+    if kind == "float":
         return linear.weight, None
-    qweight, scales = getattr(linear, "qweight", None), getattr(linear, "scales", None)
-    if qweight is not None and scales is not None and qweight.dtype == torch.int8:
-        return qweight, scales
-    int4, scales_and_zeros = getattr(linear, "packed", None), getattr(linear, "scales_and_zeros", None)
-    if int4 is not None and scales_and_zeros is not None:
-        return int4, scales_and_zeros
-    weight = getattr(linear, "one_row_weight", None)
-    return (weight, None) if weight is not None else None
+    if kind == "int8":
+        return linear.qweight, linear.scales
+    if kind == "int4":
+        return linear.packed, linear.scales_and_zeros
+    return (linear.one_row_weight, None) if kind == "rows" else None
 
 
 @contextmanager
@@ -168,13 +251,20 @@ class _DecoderLayer(nn.Module):
         spec = self.spec
         heads, kv_heads, head_dim = spec.heads, spec.kv_heads, spec.head_dim
         norm1, norm2 = tensors[0], tensors[1]
-        q, k, v, o, gate, up, down = ((tensors[2 + i], tensors[9 + i], tensors[16 + i]) for i in range(7))
+        count = (len(tensors) - 2) // 3  # 7 projections, or 4 where q, k, v and gate, up are joined
+        projections = [(tensors[2 + i], tensors[2 + count + i], tensors[2 + 2 * count + i]) for i in range(count)]
         h = self._rms_norm(hidden, norm1)
+        if count == 4:
+            qkv, o, gate_up, down = projections
+            q, k, v = _project(h, *qkv).split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+        else:
+            q_proj, k_proj, v_proj, o, gate_proj, up_proj, down = projections
+            q, k, v = _project(h, *q_proj), _project(h, *k_proj), _project(h, *v_proj)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        query = _rotate(_project(h, *q).view(1, 1, heads, head_dim).transpose(1, 2), cos, sin)
-        key = _rotate(_project(h, *k).view(1, 1, kv_heads, head_dim).transpose(1, 2), cos, sin)
+        query = _rotate(q.view(1, 1, heads, head_dim).transpose(1, 2), cos, sin)
+        key = _rotate(k.reshape(1, 1, kv_heads, head_dim).transpose(1, 2), cos, sin)
         keys[-1:] = key.view(1, kv_heads, head_dim)
-        values[-1:] = _project(h, *v).view(1, kv_heads, head_dim)
+        values[-1:] = v.reshape(1, kv_heads, head_dim)
         # One query: attention as fp32 reductions, which inductor fuses (no matrix-product calls).
         grouped = query.reshape(kv_heads, heads // kv_heads, 1, head_dim).float()
         scores = (grouped * keys.permute(1, 0, 2)[:, None].float()).sum(-1) * head_dim**-0.5
@@ -182,7 +272,11 @@ class _DecoderLayer(nn.Module):
         out = (weights[..., None] * values.permute(1, 0, 2)[:, None].float()).sum(-2).to(hidden.dtype)
         hidden = hidden + _project(out.reshape(1, 1, heads * head_dim), *o)
         h = self._rms_norm(hidden, norm2)
-        return hidden + _project(F.silu(_project(h, *gate)) * _project(h, *up), *down)
+        if count == 4:
+            gate, up = _project(h, *gate_up).chunk(2, dim=-1)
+        else:
+            gate, up = _project(h, *gate_proj), _project(h, *up_proj)
+        return hidden + _project(F.silu(gate) * up, *down)
 
     def _rms_norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         dtype = hidden.dtype
@@ -218,6 +312,7 @@ def compile_step(model: Any) -> str | None:
     reason = why_not_compilable(model)
     if reason is not None:
         return reason
+    fuse_projections(model)
     weights = layer_weights(model)
     assert weights is not None
     spec = _layer_spec(model, weights[0])
