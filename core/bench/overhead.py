@@ -1,7 +1,8 @@
 """Where the milliseconds of one decoding step go, per step implementation, from torch's profiler.
 
 Each operator's own time is put in a category: the weight matrix products, attention, cache
-copies, other tensor operators; what the operators do not account for is Python and dispatch.
+copies, other tensor operators, the compiled layers (one opaque call each); what the operators do
+not account for is Python and dispatch.
 Steps are fed as the decoder feeds them (a 1-token plain step, a lookahead-sized step with its
 mask) after ``context`` cached tokens, alternating between implementations.
 """
@@ -17,14 +18,13 @@ from typing import Any
 import torch
 
 from core.lookahead.compiled_step import compile_step, why_not_compilable
-from core.lookahead.llama_step import LlamaStep, supports_llama_step
+from core.lookahead.llama_step import COMPILED_LAYERS, LlamaStep, supports_llama_step
 from core.lookahead.model_step import ModelStep, TransformersStep, causal_mask
 from core.lookahead.stats import device_sync
 from core.models.cpu_packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, layout_of, packing_available, rows_copy_allowed
 
-CATEGORIES = ("weights", "attention", "cache", "other ops", "python and dispatch")
+CATEGORIES = ("weights", "attention", "cache", "other ops", COMPILED_LAYERS, "python and dispatch")
 _WEIGHT_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu", "aten::linear")
-_COMPILED_WRAPPERS = ("Torch-Compiled Region", "TorchDynamo", "Pregraph bytecode", "AOTDispatcher")
 _CACHE_OPS = ("aten::cat", "aten::copy_", "aten::index", "aten::index_put_", "aten::slice_scatter", "aten::zeros", "aten::fill_")
 
 
@@ -39,9 +39,10 @@ class StepProfile:
 
 
 def category(op: str) -> str:
-    """The category an operator's own time counts in (a compiled graph's own kernels: other ops)."""
-    if op.startswith(_COMPILED_WRAPPERS):
-        return "python and dispatch"
+    """The category an operator's own time counts in; the compiled layers' code (weights, attention and
+    all) is one call the profiler does not see into."""
+    if op == COMPILED_LAYERS:
+        return COMPILED_LAYERS
     if op in _WEIGHT_OPS:
         return "weights"
     if "scaled_dot_product" in op or "attention" in op:

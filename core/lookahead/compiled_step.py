@@ -25,6 +25,7 @@ import os
 import platform
 import statistics
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -342,7 +343,16 @@ def _present(weights: LayerWeights) -> tuple[torch.Tensor, ...]:
 def _runner(path: Path) -> LayerRunner:
     """A package's compiled code, called directly: its Python ``__call__`` reads the call's tree spec
     again on every call (25 us a layer here, 0.75 ms a step for 30 layers)."""
-    return torch._inductor.aoti_load_package(str(path)).loader.run
+    with _without_torch_deprecations():
+        return torch._inductor.aoti_load_package(str(path)).loader.run
+
+
+@contextmanager
+def _without_torch_deprecations() -> Iterator[None]:
+    """torch's own export and package code use a deprecated pytree class: a warning with nothing for the user."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)
+        yield
 
 
 def _load(path: Path) -> LayerRunner | None:
@@ -367,11 +377,10 @@ def _compile(model: Any, spec: _LayerSpec, weights: LayerWeights, path: Path) ->
     inputs = (*_scratch_inputs(model), *weights)
     length = Dim("length", min=2, max=1 << 20)
     shapes = (None, None, None, {0: length}, {0: length}, (None,) * len(weights))  # the last: *tensors
-    with torch.no_grad():
-        program = torch.export.export(_DecoderLayer(spec), inputs, dynamic_shapes=shapes)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.pt2")
-    with inductor_config.patch(compile_threads=1):
+    with torch.no_grad(), _without_torch_deprecations(), inductor_config.patch(compile_threads=1):
+        program = torch.export.export(_DecoderLayer(spec), inputs, dynamic_shapes=shapes)
         torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
     partial.replace(path)  # whole or not at all: another start never loads half a package
     return _runner(path)

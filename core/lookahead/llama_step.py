@@ -23,6 +23,9 @@ from core.lookahead.kv_cache import StaticKVCache
 from core.lookahead.model_step import causal_mask
 from core.lookahead.sliding import sliding_window_of
 
+COMPILED_LAYERS = "compiled layers"
+"""What torch's profiler calls the compiled layers of a step (it does not see into their code)."""
+
 SUPPORTED_TYPES = frozenset({"llama", "mistral", "qwen2"})
 """Architectures whose decoder layer is exactly: norm, attention (q/k/v/o projections, rotary), norm, MLP."""
 
@@ -99,7 +102,7 @@ class LlamaStep:
         inner = self.model.model
         like = hidden.new_empty(1, self.kv_heads, 1, self.head_dim)
         end = self.cache.length + 1
-        with one_row_kernels():
+        with one_row_kernels(), torch.profiler.record_function(COMPILED_LAYERS):  # one opaque call per layer
             for index, weights in enumerate(self._weights):
                 keys, values = self.cache.buffers(index, like)
                 hidden = self._compiled([hidden, cos, sin, keys[:end], values[:end], *weights])[0]

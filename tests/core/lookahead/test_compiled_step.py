@@ -167,3 +167,19 @@ def test_a_model_converted_after_compiling_runs_eager_again() -> None:
     expected = Decoding(model, _prompt(4), max_new_tokens=12)
     list(expected)
     assert converted.tokens == expected.tokens
+
+
+def test_a_damaged_package_is_compiled_again(tmp_path, monkeypatch) -> None:
+    from core.lookahead import compiled_step
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    model = make_model(tiny_llama_config(96), seed=5)
+    assert compile_step(model) is None
+    packages = list((tmp_path / "inductor" / "lookahead-steps").glob("*.pt2"))
+    assert len(packages) == 1
+    packages[0].write_bytes(b"not a package")  # a disk error, or a copy cut short
+    drop_compiled_step(model)
+    assert compile_step(model) is None and compiled_layer(model) is not None
+    assert packages[0].stat().st_size > 1000
+    compiled = Decoding(model, _prompt(5), max_new_tokens=10)
+    assert _layer_calls(model, lambda: list(compiled)) == 1
