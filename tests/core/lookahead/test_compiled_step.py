@@ -127,6 +127,7 @@ def test_models_loaded_one_after_another_each_run_their_own_compiled_step() -> N
     models = [make_model(tiny_llama_config(96, hidden_size=48 + 16 * i), seed=i) for i in range(3)]
     quantize_model(models[1], 8)
     quantize_model(models[2], 4)
+    models.append(make_model(tiny_llama_config(96, attention_bias=True, mlp_bias=True), seed=3))  # joined biases
     for model in models:
         expected = Decoding(model, _prompt(1), max_new_tokens=12)
         list(expected)
