@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 CALIBRATION_VERSION = 4  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step
 STAGE = "Measuring this machine for Auto (once)"
-COMPILE_STAGE = "Compiling the decoding step"
+COMPILE_STAGE = "Loading the compiled decoding step"
 
 
 def calibration_key(loaded: LoadedModel) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def ensure_calibrated(
         _convert(loaded, calibration.dtype, calibration.quantization, calibration.layout)
         if calibration.compiled:
             progress(COMPILE_STAGE, 0.0)
-            reason = compile_step(loaded.model)  # seconds once inductor's disk cache holds it
+            reason = compile_step(loaded.model)  # loads the stored package (compiles only if it is gone)
             if reason is not None:
                 log.warning("the 1-token step stays eager: %s", reason)
                 calibration.compiled = False
