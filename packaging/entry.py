@@ -3,8 +3,14 @@
 import multiprocessing
 import sys
 
-from app.cli import main
-
 if __name__ == "__main__":
     multiprocessing.freeze_support()  # a frozen child process must not start a second GUI
+    if len(sys.argv) > 2 and sys.argv[1] == "-c":
+        # `python -c CODE`, as torch's compiler runs it (sys.executable) to check that what it built
+        # loads: in the frozen app, sys.executable is the app itself.
+        code, sys.argv = sys.argv[2], ["-c", *sys.argv[3:]]
+        exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+        sys.exit(0)
+    from app.cli import main
+
     sys.exit(main())

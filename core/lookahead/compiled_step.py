@@ -316,9 +316,9 @@ def compile_step(model: Any) -> str | None:
     fuse_projections(model)
     weights = layer_weights(model)
     assert weights is not None
-    spec = _layer_spec(model, weights[0])
-    path = _package_dir() / f"layer-{spec.key}.pt2"
     try:
+        spec = _layer_spec(model, weights[0])  # inductor's vector-instruction probe runs the compiler too
+        path = _package_dir() / f"layer-{spec.key}.pt2"
         layer = (_load(path) if path.exists() else None) or _compile(model, spec, weights[0], path)
         with torch.inference_mode(), one_row_kernels():
             layer([*_scratch_inputs(model), *_present(weights[0])])

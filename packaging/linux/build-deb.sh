@@ -84,6 +84,7 @@ Maintainer: Lookahead Chat developers <maintainers@lookahead-chat.invalid>
 Installed-Size: $installed_kb
 Depends: $depends_line
 Recommends: libgtk-3-0t64 | libgtk-3-0, libwayland-client0, libwayland-cursor0, libwayland-egl1
+Suggests: g++
 Section: utils
 Priority: optional
 Description: $description

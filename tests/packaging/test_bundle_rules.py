@@ -68,6 +68,14 @@ def test_cpu_bundle_drops(path: str) -> None:
     assert rules.drop_pattern("cpu").search(path)
 
 
+def test_torch_headers_stay_where_the_compiled_step_can_use_them() -> None:
+    headers = ["torch/include/ATen/ATen.h", "torch/include/torch/csrc/inductor/cpp_prefix.h"]
+    assert all(rules.drop_pattern("cpu").search(h) for h in headers)  # Windows
+    linux = rules.drop_pattern("cpu", torch_headers=True)
+    assert not any(linux.search(h) for h in headers)
+    assert linux.search("PySide6/include/QtCore/qobject.h") and linux.search("torch/test/test_api")
+
+
 @pytest.mark.parametrize("path", [
     "torch/lib/libtorch_cpu.so",
     "torch/bin/torch_shm_manager",

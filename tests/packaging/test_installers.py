@@ -91,6 +91,7 @@ def test_deb_control_fields(linux_packages: tuple[Path, Path]) -> None:
     assert re.search(r"(^|, )libc6 \(>= \d+\.\d+\)", depends), depends  # the build machine's glibc
     for lib in ("libxcb-cursor0", "libxkbcommon-x11-0", "libgl1", "libegl1", "libfontconfig1", "libdbus-1-3"):
         assert lib in depends, f"{lib} missing from Depends: {depends}"
+    assert _deb_field(deb, "Suggests") == "g++"  # the compiled CPU step (core/lookahead/compiled_step.py)
 
 
 def test_deb_file_layout(linux_packages: tuple[Path, Path]) -> None:
@@ -159,3 +160,18 @@ def test_installer_icons_are_the_apps_icon() -> None:
         pytest.skip("the app has no icon of its own yet")
     assert (PACKAGING / "icons" / "lookahead-chat.svg").read_bytes() == app_icon.read_bytes(), \
         "the app's icon changed: run packaging/icons/render.sh and commit the results"
+
+
+def test_the_frozen_entry_runs_python_code_as_python_c_does(tmp_path) -> None:
+    """torch's compiler checks what it built by running ``sys.executable -c CODE``; in the frozen
+    app sys.executable is the app, whose entry script must then run CODE, not start the app."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.txt"
+    code = f"import sys; open({str(out)!r}, 'w').write(repr(sys.argv) + __name__)"
+    done = subprocess.run([sys.executable, str(PACKAGING / "entry.py"), "-c", code, "x"], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == "['-c', 'x']__main__"
+    failing = subprocess.run([sys.executable, str(PACKAGING / "entry.py"), "-c", "raise SystemExit(3)"], timeout=60)
+    assert failing.returncode == 3

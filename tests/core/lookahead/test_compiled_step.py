@@ -157,6 +157,25 @@ def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None
     assert again.tokens == expected.tokens
 
 
+def test_without_a_compiler_a_fresh_process_measures_on_with_the_eager_step(tmp_path) -> None:
+    """In a new process inductor first probes the compiler for the processor's vector instructions;
+    with none installed that probe fails too, and calibration must go on eager (it once failed whole)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from tests.conftest import make_model, tiny_llama_config\n"
+        "from core.calibration import fastest_step\n"
+        "print(fastest_step(make_model(tiny_llama_config(96), seed=1)))\n"
+    )
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("False)"), done.stdout  # (layout, compiled)
+    assert "stays eager: compiling it failed: No working C++ compiler" in done.stderr
+
+
 def test_a_model_converted_after_compiling_runs_eager_again() -> None:
     """Compiled code fits one dtype: after ``model.to(bfloat16)`` the step must not feed it bf16 weights."""
     model = make_model(tiny_llama_config(96), seed=4)
