@@ -317,7 +317,8 @@ def compile_step(model: Any) -> str | None:
     weights = layer_weights(model)
     assert weights is not None
     try:
-        spec = _layer_spec(model, weights[0])  # inductor's vector-instruction probe runs the compiler too
+        with _quiet_torch():
+            spec = _layer_spec(model, weights[0])  # inductor's vector-instruction probe runs the compiler too
         path = _package_dir() / f"layer-{spec.key}.pt2"
         layer = (_load(path) if path.exists() else None) or _compile(model, spec, weights[0], path)
         with torch.inference_mode(), one_row_kernels():
@@ -343,15 +344,18 @@ def _present(weights: LayerWeights) -> tuple[torch.Tensor, ...]:
 def _runner(path: Path) -> LayerRunner:
     """A package's compiled code, called directly: its Python ``__call__`` reads the call's tree spec
     again on every call (25 us a layer here, 0.75 ms a step for 30 layers)."""
-    with _without_torch_deprecations():
+    with _quiet_torch():
         return torch._inductor.aoti_load_package(str(path)).loader.run
 
 
 @contextmanager
-def _without_torch_deprecations() -> Iterator[None]:
-    """torch's own export and package code use a deprecated pytree class: a warning with nothing for the user."""
+def _quiet_torch() -> Iterator[None]:
+    """Warnings from torch's own compiling code with nothing for the user: a deprecated pytree class in
+    export and the package loader, and the missing Python headers (the compiled code does not use them;
+    an installed app has none)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)
+        warnings.filterwarnings("ignore", message="Can't find Python.h", category=UserWarning)
         yield
 
 
@@ -379,7 +383,7 @@ def _compile(model: Any, spec: _LayerSpec, weights: LayerWeights, path: Path) ->
     shapes = (None, None, None, {0: length}, {0: length}, (None,) * len(weights))  # the last: *tensors
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.pt2")
-    with torch.no_grad(), _without_torch_deprecations(), inductor_config.patch(compile_threads=1):
+    with torch.no_grad(), _quiet_torch(), inductor_config.patch(compile_threads=1):
         program = torch.export.export(_DecoderLayer(spec), inputs, dynamic_shapes=shapes)
         torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
     partial.replace(path)  # whole or not at all: another start never loads half a package
