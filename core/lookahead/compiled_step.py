@@ -100,22 +100,18 @@ Projection = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
 _FUSED: "weakref.WeakKeyDictionary[Any, list[tuple[Projection, Projection]]]" = weakref.WeakKeyDictionary()
 
 
-def fuse_projections(model: Any) -> bool:
+def fuse_projections(model: Any) -> None:
     """Join each layer's q, k and v weights, and its gate and up weights, into one tensor each: two
-    one-row products instead of five (1 ms a step less for the default model here). The layers keep
+    one-row products instead of five (0.5 ms a step less for the default model here). The layers keep
     views of the joined tensors, so no memory is added. int8 weights join with their scales; int4
-    weights (packed in blocks of output channels) stay apart. Returns whether the model is joined."""
+    weights (packed in blocks of output channels) stay apart, and so does a model with any layer
+    that cannot join."""
     if _fused(model) is not None:
-        return True
-    joined: list[tuple[Projection, Projection]] = []
-    for layer in model.model.layers:
-        groups = ([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
-                  [layer.mlp.gate_proj, layer.mlp.up_proj])
-        if not all(_joinable(linears) for linears in groups):
-            return False
-        joined.append((_join(groups[0]), _join(groups[1])))
-    _FUSED[model] = joined
-    return True
+        return
+    groups = [([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], [layer.mlp.gate_proj, layer.mlp.up_proj])
+              for layer in model.model.layers]
+    if all(_joinable(linears) for pair in groups for linears in pair):
+        _FUSED[model] = [(_join(qkv), _join(gate_up)) for qkv, gate_up in groups]
 
 
 def _joinable(linears: list[nn.Module]) -> bool:
