@@ -379,10 +379,13 @@ def _compile(model: Any, spec: _LayerSpec, weights: LayerWeights, path: Path) ->
     shapes = (None, None, None, {0: length}, {0: length}, (None,) * len(weights))  # the last: *tensors
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.pt2")
-    with torch.no_grad(), _quiet_torch(), inductor_config.patch(compile_threads=1):
-        program = torch.export.export(_DecoderLayer(spec), inputs, dynamic_shapes=shapes)
-        torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
-    partial.replace(path)  # whole or not at all: another start never loads half a package
+    try:
+        with torch.no_grad(), _quiet_torch(), inductor_config.patch(compile_threads=1):
+            program = torch.export.export(_DecoderLayer(spec), inputs, dynamic_shapes=shapes)
+            torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
+        partial.replace(path)  # whole or not at all: another start never loads half a package
+    finally:
+        partial.unlink(missing_ok=True)  # what a failed compile left
     return _runner(path)
 
 

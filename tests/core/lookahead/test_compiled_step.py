@@ -152,6 +152,7 @@ def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None
     with inductor_config.patch({"cpp.cxx": (None, str(tmp_path / "no-such-compiler"))}):
         reason = compile_step(model)
     assert reason is not None and reason.startswith("compiling failed") and compiled_layer(model) is None
+    assert not list((tmp_path / "inductor").rglob("layer-*"))  # no package, whole or partial
     again = Decoding(model, prompt, max_new_tokens=10)
     list(again)
     assert again.tokens == expected.tokens
