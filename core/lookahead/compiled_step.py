@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 COMPILED_MARGIN = 1.03  # the compiled 1-token step must be this much cheaper than the eager one to be kept
 LayerRunner = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 """A compiled layer: ``[hidden, cos, sin, keys, values, *weights]`` (``None`` weights left out) in, ``[hidden]`` out."""
-MIN_CACHED = 1  # the compiled step runs after this many cached tokens (export gives sizes 0 and 1 code of their own)
+MIN_CACHED = 1  # cached tokens before the compiled step runs: it takes a cache of 2 or more entries, this token's included
 _WARM_UP_START = 5  # cache entries before the warm-up token
 
 
