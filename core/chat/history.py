@@ -156,7 +156,7 @@ class HistoryStore:
             conn.execute("PRAGMA synchronous = NORMAL")
             migrate(self._conn)
             self.recovered = self._mark_interrupted()
-        except (sqlite3.Error, HistoryError) as err:
+        except (sqlite3.Error, UnicodeDecodeError, HistoryError) as err:
             if conn is not None:
                 conn.close()
             if isinstance(err, HistoryError):
@@ -315,7 +315,7 @@ class HistoryStore:
     def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         try:
             return self._conn.execute(sql, args).fetchall()
-        except sqlite3.Error as err:
+        except (sqlite3.Error, UnicodeDecodeError) as err:
             raise _history_error(err, self.path) from err
 
     def _write(self, sql: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
@@ -383,9 +383,10 @@ def close_code_fence(text: str) -> str:
     return text + ("" if text.endswith("\n") else "\n") + fence
 
 
-def _history_error(err: sqlite3.Error, path: Path) -> HistoryError:
+def _history_error(err: sqlite3.Error | UnicodeDecodeError, path: Path) -> HistoryError:
     code = getattr(err, "sqlite_errorcode", None)
-    if code in DAMAGED_CODES:
+    not_utf8 = isinstance(err, UnicodeDecodeError) or "Could not decode to UTF-8" in str(err)  # damaged text
+    if code in DAMAGED_CODES or not_utf8:
         return HistoryDamaged(
             f"The chat history ({path}) is damaged: {err}. Restart Lookahead Chat: it sets the damaged file aside "
             "and starts a new one."

@@ -240,6 +240,17 @@ def test_damage_in_the_last_page_is_caught_at_open(tmp_path: Path) -> None:
     assert len(list(tmp_path.glob("history.damaged-*.sqlite3"))) == 1
 
 
+def test_text_that_is_not_utf8_reads_as_damage_not_a_crash(tmp_path: Path) -> None:
+    """sqlite hands such bytes to Python, whose decoding raises UnicodeDecodeError (hypothesis found it)."""
+    store = HistoryStore(tmp_path / HISTORY_FILE)
+    conv = store.create_conversation("t")
+    store.add_message(conv.id, "user", "fine")
+    store.connection.execute("UPDATE messages SET content = CAST(x'80ff' AS TEXT)")
+    with pytest.raises(HistoryDamaged, match="damaged"):
+        store.messages(conv.id)
+    store.close()
+
+
 def test_a_newer_history_is_never_moved_aside(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / HISTORY_FILE)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
