@@ -12,6 +12,7 @@ from typing import Any, get_type_hints
 from core.aside import set_aside_note
 from core.atomic import write_json_atomic
 from core.lookahead.config import LookaheadConfig
+from core.lookahead.sampling import MIN_TEMPERATURE
 from core.models.options import LoadOptions, ModelSource
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def _is_whole(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """Generation controls; ``temperature == 0`` means greedy."""
+    """Generation controls; ``temperature == 0`` (or below :data:`MIN_TEMPERATURE`) means greedy."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -82,7 +83,8 @@ class SamplingSettings:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """Temperature 0, or one so low that sampling would choose as greedy decoding does."""
+        return self.temperature < MIN_TEMPERATURE
 
 
 @dataclass(frozen=True)

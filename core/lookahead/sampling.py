@@ -17,6 +17,11 @@ import torch
 from core.lookahead.verify import verify_greedy
 
 
+MIN_TEMPERATURE = 1e-3
+"""The lowest sampling temperature: lower ones choose as greedy decoding does (their limit), where dividing
+the logits by them would overflow to infinities that no probability can be made of."""
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """Sampling parameters, applied in this order: repetition penalty, temperature, top-k, top-p, min-p."""
@@ -29,8 +34,8 @@ class SamplingConfig:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.temperature <= 0:
-            raise ValueError("temperature must be > 0 for sampling (use greedy decoding for 0).")
+        if not self.temperature >= MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be at least {MIN_TEMPERATURE} for sampling (use greedy decoding below).")
         if self.top_k < 0 or not 0 < self.top_p <= 1 or not 0 <= self.min_p < 1 or self.repetition_penalty <= 0:
             raise ValueError("invalid sampling parameters: need top_k >= 0, 0 < top_p <= 1, 0 <= min_p < 1, repetition_penalty > 0.")
 

@@ -194,3 +194,9 @@ def test_server_settings_round_trip_and_validation(tmp_path: Path) -> None:
     for bad in ({"port": 0}, {"port": 70000}, {"enabled": "yes"}, {"max_tokens": 0}, {"api_key": 5}):
         with pytest.raises(ValueError):
             ServerSettings(**bad)
+
+
+def test_a_temperature_too_low_to_sample_with_is_greedy() -> None:
+    # 1e-156 came through the server's API: logits divided by it overflow, and sampling failed with a NaN error
+    assert SamplingSettings(temperature=1e-156).greedy and SamplingSettings(temperature=0.0).greedy
+    assert not SamplingSettings(temperature=0.01).greedy

@@ -102,3 +102,9 @@ def test_generate_with_do_sample_uses_lookahead_sampling(model) -> None:
     assert out.lookahead_stats.new_tokens == 20
     assert out.sequences[0, len(PROMPT):].max() < VOCAB
     assert torch.equal(sample(0).sequences, out.sequences)  # torch.manual_seed governs it, as it does generate
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1e-156, -1.0, float("nan")])
+def test_sampling_refuses_a_temperature_it_cannot_divide_by(temperature: float) -> None:
+    with pytest.raises(ValueError, match="at least"):
+        SamplingConfig(temperature=temperature)
