@@ -23,17 +23,24 @@ from typing import Any
 import torch
 
 from core.atomic import write_json_atomic
-from core.lookahead.auto import AutoChooser, Calibration, Cancelled, calibrate, calibrate_dtypes
-from core.lookahead.compiled_step import choose_compiled_step, compile_step, compiled_layer, set_compile_cache
+from core.lookahead.auto import AutoChooser, Calibration, Cancelled, calibrate, calibrate_dtypes, measure_step_seconds
+from core.lookahead.compiled_step import (
+    choose_compiled_step,
+    compile_step,
+    compiled_layer,
+    set_compile_cache,
+    why_not_compilable,
+)
 from core.lookahead.model_step import step_kind
-from core.models.cpu_packed import PLAIN, apply_layout, choose_layout, layout_of
+from core.models.cpu_packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, choose_layout, layout_of, rows_copy_fits
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import CancelToken, ProgressCallback, no_progress
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 4  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step
+CALIBRATION_VERSION = 5  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step;
+# 5: packed (fp32) weights compiled too, on a plain copy
 STAGE = "Measuring this machine for Auto (once)"
 COMPILE_STAGE = "Loading the compiled decoding step"
 
@@ -158,8 +165,7 @@ def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], canc
     if loaded.requested_quantization == "auto":
         models["int8"] = int8_copy(loaded.model)
     try:
-        for model in models.values():  # after the copies are made: packing replaces the float layers
-            fastest_step(model, cancelled)
+        _fastest_steps(models, cancelled)  # after the copies are made: packing replaces the float layers
         calibration = calibrate_dtypes(models, progress=report, cancelled=cancelled)
         if calibration.quantization == "8bit":
             loaded.model, loaded.dtype, loaded.quantization = models["int8"], torch.bfloat16, "8bit"
@@ -175,9 +181,51 @@ def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], canc
 
 def fastest_step(model: Any, cancelled: Callable[[], bool] | None = None) -> tuple[str, bool]:
     """Leave ``model`` in its fastest weight layout and with the compiled 1-token step where that measures
-    faster here (CPU); returns the layout and whether the step is compiled."""
+    faster here (CPU); returns the layout and whether the step is compiled.
+
+    Packed weights (fp32 here) get a plain copy for the compiled step to read, the wider steps keeping
+    the packed ones; the copy stays only if the compiled step does."""
     layout = choose_layout(model, cancelled)
-    return layout, model.device.type == "cpu" and choose_compiled_step(model, cancelled)
+    if model.device.type != "cpu":
+        return layout, False
+    if layout == PACKED and why_not_compilable(model) is not None and rows_copy_fits(model):
+        apply_layout(model, PACKED_ROWS)
+        if choose_compiled_step(model, cancelled):
+            return PACKED_ROWS, True
+        apply_layout(model, PACKED)
+        return PACKED, False
+    return layout, choose_compiled_step(model, cancelled)
+
+
+COMPILE_HOPE = 1.25
+"""How much more than the largest gain measured so far compiling might give another variant's step."""
+
+
+def _fastest_steps(models: dict[str, Any], cancelled: Callable[[], bool] | None) -> None:
+    """:func:`fastest_step` for each variant (name -> model), from the fastest eager step on; a variant is
+    not compiled (about 10 s each) when even :data:`COMPILE_HOPE` times the best compile gain measured
+    so far would leave its step slower than the fastest step so far."""
+    eager = {}
+    for name, model in models.items():
+        choose_layout(model, cancelled)
+        eager[name] = _one_token_seconds(model, cancelled)
+    fastest, gain = float("inf"), 1.0
+    for name in sorted(eager, key=eager.__getitem__):
+        if not compiling_may_pay(eager[name], fastest, gain):
+            log.info("%s: not compiled, its eager step (%.1f ms) could not overtake %.1f ms", name, 1000 * eager[name], 1000 * fastest)
+            continue
+        seconds = _one_token_seconds(models[name], cancelled) if fastest_step(models[name], cancelled)[1] else eager[name]
+        gain, fastest = max(gain, eager[name] / seconds), min(fastest, seconds)
+
+
+def compiling_may_pay(eager_seconds: float, fastest_seconds: float, best_gain: float) -> bool:
+    """Whether a variant's eager step, made :data:`COMPILE_HOPE` times the best compile gain measured
+    so far faster, would beat the fastest step so far."""
+    return eager_seconds / (COMPILE_HOPE * best_gain) < fastest_seconds
+
+
+def _one_token_seconds(model: Any, cancelled: Callable[[], bool] | None) -> float:
+    return measure_step_seconds(model, (1,), context=128, repeats=3, cancelled=cancelled)[0]
 
 
 def int8_copy(model: Any) -> Any:

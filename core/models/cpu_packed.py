@@ -43,7 +43,8 @@ def packing_available() -> bool:
 
 
 class PackedLinear(nn.Module):
-    """``y = x W^T + b`` with ``W`` in oneDNN's layout (and, with ``rows``, also plain for one-row inputs);
+    """``y = x W^T + b`` with ``W`` in oneDNN's layout (and, with ``rows``, also plain: for half-precision
+    one-row inputs, and for the compiled 1-token step's own products);
     same inputs and outputs as the ``nn.Linear`` it replaces."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, rows: bool = False) -> None:
@@ -60,14 +61,14 @@ class PackedLinear(nn.Module):
         return cls(linear.weight, linear.bias, rows=rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.plain is not None and x.numel() == self.in_features:  # one row: torch's own kernel
+        if self.plain is not None and x.numel() == self.in_features and x.dtype != torch.float32:  # one half-precision row
             with one_row_kernels():
                 return F.linear(x, self.plain, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
     @property
     def one_row_weight(self) -> torch.Tensor | None:
-        """The plain weight that one-row inputs use (``packed+rows``), else ``None``."""
+        """The plain weight that one-row steps read (``packed+rows``), else ``None``."""
         return self.plain
 
     def plain_weight(self) -> torch.Tensor:
@@ -171,11 +172,26 @@ def choose_layout(model: Any, cancelled: Callable[[], bool] | None = None) -> st
 
 
 def rows_copy_allowed(model: nn.Module) -> bool:
-    """The plain one-row copy pays only for half precision, and doubles the weights' memory."""
+    """The plain one-row copy pays in eager steps only for half precision, and doubles the weights' memory."""
+    dtype = _float_dtype(model)
+    return dtype in (torch.bfloat16, torch.float16) and rows_copy_fits(model)
+
+
+def rows_copy_fits(model: nn.Module) -> bool:
+    """The float weights are small enough (:data:`ROWS_COPY_LIMIT_BYTES`) to keep a second, plain copy.
+
+    In fp32 that copy serves only the compiled 1-token step (``core.lookahead.compiled_step``), whose
+    own products read plain rows; eager one-row products stay on the packed weights there."""
     linears = [m for m in model.modules() if type(m) is nn.Linear or isinstance(m, PackedLinear)]
-    if not linears:
+    dtype = _float_dtype(model)
+    if dtype is None:
         return False
-    first = linears[0]
-    dtype = first.weight.dtype if isinstance(first, nn.Linear) else first.packed.dtype
-    size = sum(m.in_features * m.out_features for m in linears) * torch.finfo(dtype).bits // 8
-    return dtype in (torch.bfloat16, torch.float16) and size <= ROWS_COPY_LIMIT_BYTES
+    return sum(m.in_features * m.out_features for m in linears) * torch.finfo(dtype).bits // 8 <= ROWS_COPY_LIMIT_BYTES
+
+
+def _float_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype of the first float linear (plain or packed), ``None`` if there is none."""
+    first = next((m for m in model.modules() if type(m) is nn.Linear or isinstance(m, PackedLinear)), None)
+    if first is None:
+        return None
+    return first.weight.dtype if isinstance(first, nn.Linear) else first.packed.dtype

@@ -15,7 +15,7 @@ from torch import nn
 
 from core.lookahead import Decoding, LookaheadConfig
 from core.models.cpu_packed import (PACKED, PACKED_ROWS, PLAIN, PackedLinear, apply_layout, choose_layout, layout_of,
-                                    packing_available, rows_copy_allowed)
+                                    packing_available, rows_copy_allowed, rows_copy_fits)
 from tests.conftest import make_model, tiny_llama_config
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN")
@@ -72,9 +72,17 @@ def test_a_packed_model_converts_and_copies(layout: str) -> None:
         PackedLinear(torch.zeros(2, 2, device="meta"), None)
 
 
+def test_an_fp32_row_reads_the_packed_weights_even_beside_a_plain_copy() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 96)
+    x = torch.randn(1, 64)  # fp32: eager one-row steps compute as the wider (packed) ones, bit for bit
+    assert torch.equal(PackedLinear.from_linear(linear, rows=True)(x), PackedLinear.from_linear(linear)(x))
+
+
 def test_the_plain_row_copy_is_offered_for_small_half_precision_models_only() -> None:
     model = make_model(tiny_llama_config(256))
     assert not rows_copy_allowed(model)  # fp32: oneDNN's packed kernel is the fast one for a single row too
+    assert rows_copy_fits(model)  # but the compiled 1-token step may read a plain copy
     assert rows_copy_allowed(model.to(torch.bfloat16))
 
 
