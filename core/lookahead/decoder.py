@@ -24,7 +24,7 @@ from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import TokenPolicy, verify_with_policy
 from core.lookahead.stats import DecodeStats, StepTimer
 from core.lookahead.tree import build_tree
-from core.lookahead.verify import verify_greedy
+from core.lookahead.verify import argmax, verify_greedy
 from core.lookahead.window import JacobiWindow
 
 
@@ -212,7 +212,7 @@ class Decoding:
     def _choose(self, logits: torch.Tensor) -> int:
         """The next token from the last position's logits row."""
         if self.policy is None:
-            return int(logits.argmax())
+            return int(argmax(logits))
         return self.policy.choose(self._prefix(()), logits)
 
     def _prefix(self, extra: Sequence[int]) -> torch.Tensor:
@@ -253,7 +253,7 @@ class Decoding:
             logits = self._forward(ids, positions, layout.keep_rows, mask)
         finally:
             mask[:, past:].zero_()  # the buffer is all zeros (attend) outside the current step block
-        predictions = logits.argmax(dim=-1).tolist()
+        predictions = argmax(logits).tolist()
 
         def row(c: int, m: int) -> int:
             """The kept logits row after candidate c's tokens 0..m."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from core.lookahead.verify import verify_greedy
+from core.lookahead.verify import argmax, verify_greedy
 
 
 MIN_TEMPERATURE = 1e-3
@@ -101,7 +101,7 @@ class TokenPolicy:
         """The next token after ``prefix`` (plain decoding and the prefill)."""
         if self.do_sample:
             return self.sample(self.probabilities(prefix, logits))
-        return int(self.scores(prefix, logits).argmax())
+        return int(argmax(self.scores(prefix, logits)))
 
     def sample(self, probs: torch.Tensor) -> int:
         return int(torch.multinomial(probs, 1, generator=self.generator))
@@ -165,7 +165,7 @@ def _verify_processed_greedy(candidates: Sequence[Sequence[int]], row_scores: Ro
     def target(c: int, depth: int, tokens: int) -> int:
         key = tuple(candidates[c][:tokens]) if c >= 0 else ()
         if key not in memo:
-            memo[key] = int(row_scores(c, depth, tokens).argmax())
+            memo[key] = int(argmax(row_scores(c, depth, tokens)))
         return memo[key]
 
     return verify_greedy(target(-1, 0, 0), candidates, lambda c, m: target(c, m, m + 1))
