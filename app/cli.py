@@ -10,6 +10,19 @@ from collections.abc import Sequence
 from core.paths import AppPaths
 
 MAX_NEW_TOKENS = 32768  # the settings' limit
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+
+class OneLineFormatter(logging.Formatter):
+    """Log records as one line each: the tracebacks they carry are shown only with ``--verbose``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info = record.exc_text = record.stack_info = None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,7 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(pip_main(argv[1:]) or 0)
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(LOG_FORMAT) if args.verbose else OneLineFormatter(LOG_FORMAT))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     paths = AppPaths.default()
     if args.self_test:
         from app.commands import self_test

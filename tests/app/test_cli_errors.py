@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -62,3 +63,17 @@ def test_a_template_without_system_role_answers_with_a_note(tiny_model_folder: P
     assert main(["ask", "hi", "--model", str(folder), "--device", "cpu", "--dtype", "fp32", "--max-new-tokens", "4"]) == 0
     out = capsys.readouterr()
     assert f"note: {SYSTEM_FOLDED_NOTE}" in out.err and out.out.endswith("\n")
+
+
+def test_warnings_on_the_terminal_carry_no_traceback_unless_verbose() -> None:
+    from app.cli import LOG_FORMAT, OneLineFormatter
+
+    try:
+        raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")
+    except RuntimeError:
+        import sys
+
+        record = logging.LogRecord("core.calibration", logging.WARNING, __file__, 1, "measuring failed: %s", ("boom",), sys.exc_info())
+    line = OneLineFormatter(LOG_FORMAT).format(record)
+    assert line == "WARNING core.calibration: measuring failed: boom"
+    assert "Traceback" in logging.Formatter(LOG_FORMAT).format(record)  # --verbose: the whole story, the record untouched
