@@ -14,8 +14,9 @@ switched off around the step (they read a single row fastest, see ``core.models.
 fp32 as reductions that inductor fuses (24 GB/s here, against 10 for torch's kernel and 20 for
 oneDNN's packed one); int8 / int4 weights through torch's weight-only kernels
 (``core.models.cpu_quant``). So the step needs plain weights (layout ``plain`` or ``packed+rows``)
-or quantized ones. Lookahead's wider steps stay eager, on the packed weights. Whether compiling pays (it needs a C++ compiler, and inductor's code
-is not faster everywhere) is measured where the app runs: :func:`choose_compiled_step`.
+or quantized ones. Lookahead's wider steps stay eager, on the packed weights. Whether compiling
+pays (it needs a C++ compiler, and inductor's code is not faster everywhere) is measured where the
+app runs: :func:`choose_compiled_step`.
 """
 
 from __future__ import annotations
