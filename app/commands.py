@@ -152,6 +152,7 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
         return 130
     if holder:
         sys.stdout.write("\n")
+        sys.stdout.flush()  # before stderr's lines: piped, the answer's last line would otherwise end after them
     if printer.failure is not None:
         print(f"error: {printer.failure.message}", file=sys.stderr)
         return 1

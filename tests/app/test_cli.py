@@ -154,3 +154,16 @@ def test_quality_prints_perplexity_per_quantization(tiny_model_folder: Path, hom
 def test_bad_quality_and_peer_options_are_clean_errors(args: list[str], home: Path, capsys) -> None:
     assert main(args) == 1
     assert capsys.readouterr().err.startswith("error: --")
+
+
+def test_piped_the_answer_ends_its_line_before_the_statistics(tiny_model_folder: Path, tmp_path: Path) -> None:
+    command = [str(ENTRY)] if ENTRY.exists() else [sys.executable, "-m", "app"]
+    env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(tmp_path)}
+    env.pop("PYTHONUNBUFFERED", None)  # a pipe is block-buffered for the user
+    args = ["ask", "hi", "--model", str(tiny_model_folder), "--device", "cpu", "--mode", "plain", "--max-new-tokens", "6", "--stats"]
+    proc = subprocess.run([*command, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          timeout=180, cwd=ROOT)  # one pipe for both, as `ask ... 2>&1 | tee` gives
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    stats = [line for line in proc.stdout.splitlines() if "tokens/step (plain; " in line]
+    assert len(stats) == 1 and stats[0].startswith("6 tokens, "), proc.stdout[-1000:]
+    assert proc.stdout.endswith(stats[0] + "\n"), proc.stdout[-300:]  # the answer's own last newline came before it
