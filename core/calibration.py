@@ -32,7 +32,7 @@ from core.lookahead.compiled_step import (
     why_not_compilable,
 )
 from core.lookahead.model_step import step_kind
-from core.models.cpu_packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, choose_layout, layout_of, rows_copy_fits
+from core.models.cpu_packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, choose_layout, layout_of, rows_copy_allowed, rows_copy_fits
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import CancelToken, ProgressCallback, no_progress
@@ -84,6 +84,9 @@ def ensure_calibrated(
             if reason is not None:
                 log.warning("the 1-token step stays eager: %s", reason)
                 calibration.compiled = False
+                if calibration.layout == PACKED_ROWS and not rows_copy_allowed(loaded.model):  # the plain copy
+                    apply_layout(loaded.model, PACKED)  # was for the compiled step only (fp32): not kept in memory
+                    calibration.layout = PACKED
             progress(COMPILE_STAGE, 1.0)
     else:
         try:

@@ -165,3 +165,25 @@ def test_packed_fp32_weights_keep_a_plain_copy_only_with_the_compiled_step() -> 
         assert decoded.tokens == expected.tokens  # fp32: compiled or eager, the same answer
     finally:
         drop_compiled_step(model)
+
+
+def test_without_its_compiler_a_cached_fp32_step_drops_the_plain_copy(tiny_model_folder, app_paths, tmp_path, monkeypatch) -> None:
+    import torch._inductor.config as inductor_config
+
+    from core.lookahead.compiled_step import compiled_layer
+    from core.models.cpu_packed import PACKED, PACKED_ROWS
+
+    options = LoadOptions(device="cpu", dtype="fp32")
+    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
+    cal.ensure_calibrated(loaded, app_paths)
+    path = cal.calibration_path(app_paths, loaded)
+    stored = json.loads(path.read_text())
+    stored["calibration"].update(layout=PACKED_ROWS, compiled=True)  # as where the compiled fp32 step won
+    path.write_text(json.dumps(stored))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # its package gone, and no compiler now
+    again = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
+    with inductor_config.patch({"cpp.cxx": (None, str(tmp_path / "no-such-compiler"))}):
+        calibration = cal.ensure_calibrated(again, app_paths)
+    assert not calibration.compiled and compiled_layer(again.model) is None
+    assert calibration.layout == layout_of(again.model) == PACKED  # fp32's plain copy served only the compiled step
+    assert "compiled" not in calibration.reason
