@@ -20,9 +20,10 @@ class OneLineFormatter(logging.Formatter):
         saved = record.exc_info, record.exc_text, record.stack_info
         record.exc_info = record.exc_text = record.stack_info = None
         try:
-            return super().format(record)
+            line = super().format(record)
         finally:
             record.exc_info, record.exc_text, record.stack_info = saved
+        return f"{line} (the details: run it again with --verbose)" if any(saved) else line
 
 
 def main(argv: Sequence[str] | None = None) -> int:
