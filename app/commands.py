@@ -169,9 +169,10 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
 
 @one_line_errors
 def serve(args: argparse.Namespace, paths: AppPaths) -> int:
-    """Serve the OpenAI-compatible API headless until Ctrl+C: one model, one model thread, requests in order."""
+    """Serve the OpenAI-compatible API headless until Ctrl+C or SIGTERM: one model, one model thread, requests in order."""
     import asyncio
     import os
+    import signal
 
     from core.calibration import calibrate_or_plain
     from core.server.answer_job import AnswerDefaults
@@ -193,14 +194,20 @@ def serve(args: argparse.Namespace, paths: AppPaths) -> int:
 
     async def run() -> None:
         await server.start()
+        stopped = asyncio.Event()
+        try:  # a service manager's stop (systemd, docker stop) ends it as Ctrl+C does
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
+        except (NotImplementedError, AttributeError):  # Windows: no SIGTERM to handle there
+            pass
         print(f"Serving {loaded.name} on {server.url} (Ctrl+C stops)", flush=True)
         try:
-            await asyncio.Event().wait()
+            await stopped.wait()
         finally:
             await server.stop()
 
     try:
         asyncio.run(run())
+        print("stopped.", file=sys.stderr)
     except ServerStartError as err:
         print(f"error: the server {err}", file=sys.stderr)
         return 1

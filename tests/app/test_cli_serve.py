@@ -44,3 +44,19 @@ def test_serve_streams_to_the_openai_client_and_stops_on_ctrl_c(tiny_model_folde
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err[-3000:]
     assert "stopped." in err and "Traceback" not in err
+
+
+def test_serve_stops_cleanly_on_sigterm(tiny_model_folder: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(tmp_path)}
+    env.pop("LOOKAHEAD_CHAT_CACHE", None)
+    args = ["serve", "--model", str(tiny_model_folder), "--device", "cpu", "--dtype", "fp32", "--port", "0", "--mode", "plain"]
+    proc = subprocess.Popen([sys.executable, "-m", "app", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    try:
+        line = proc.stdout.readline()
+        assert "Serving" in line, line + (proc.stderr.read() if proc.poll() is not None else "")
+    finally:
+        proc.send_signal(signal.SIGTERM)  # what systemd or `docker stop` sends
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-3000:]  # not killed by the signal (-15): the server stopped and closed its model thread
+    assert "stopped." in err and "Traceback" not in err
