@@ -191,7 +191,7 @@ def fastest_step(model: Any, cancelled: Callable[[], bool] | None = None) -> tup
     layout = choose_layout(model, cancelled)
     if model.device.type != "cpu":
         return layout, False
-    if layout == PACKED and why_not_compilable(model) is not None and rows_copy_fits(model):
+    if layout == PACKED and why_not_compilable(model, weights=False) is None and rows_copy_fits(model):
         apply_layout(model, PACKED_ROWS)
         if choose_compiled_step(model, cancelled):
             return PACKED_ROWS, True

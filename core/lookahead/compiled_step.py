@@ -59,8 +59,9 @@ def set_compile_cache(cache_dir: Path) -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
 
 
-def why_not_compilable(model: Any) -> str | None:
-    """Why the compiled step cannot run ``model`` (``None`` when it can)."""
+def why_not_compilable(model: Any, *, weights: bool = True) -> str | None:
+    """Why the compiled step cannot run ``model`` (``None`` when it can); with ``weights=False``, only
+    what its architecture and device allow (its weights might still be laid out for it)."""
     from core.lookahead.llama_step import supports_llama_step
 
     if not supports_llama_step(model):
@@ -69,7 +70,7 @@ def why_not_compilable(model: Any) -> str | None:
         return "the compiled step is for the CPU"
     if getattr(model.config, "hidden_act", None) not in ("silu", "swish"):
         return f"activation {model.config.hidden_act!r}"
-    if layer_weights(model) is None:
+    if weights and layer_weights(model) is None:
         return "packed-only or unknown quantized weights (it needs plain float, int8 or int4 weights)"
     return None
 

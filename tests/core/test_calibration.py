@@ -187,3 +187,14 @@ def test_without_its_compiler_a_cached_fp32_step_drops_the_plain_copy(tiny_model
     assert not calibration.compiled and compiled_layer(again.model) is None
     assert calibration.layout == layout_of(again.model) == PACKED  # fp32's plain copy served only the compiled step
     assert "compiled" not in calibration.reason
+
+
+def test_packed_weights_get_no_plain_copy_where_the_compiled_step_cannot_run() -> None:
+    from core.models.cpu_packed import PACKED, apply_layout
+    from tests.conftest import make_model, tiny_llama_config
+
+    model = make_model(tiny_llama_config(96, hidden_act="gelu"), seed=5)  # an activation the compiled layer does not have
+    apply_layout(model, PACKED)
+    head = model.lm_head
+    assert cal.fastest_step(model) == (PACKED, False)
+    assert model.lm_head is head  # not repacked with a copy and back: nothing was tried
