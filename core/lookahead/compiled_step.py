@@ -6,8 +6,8 @@ for a 30-layer model, that is much of the step. Here the layer is a function of 
 cache and its weights, exported for any cache length and compiled by AOTInductor into a package
 (a shared library) that every layer calls with its own weights. Compiling costs one layer's worth
 (about 10 s for the default model here); the package is kept in inductor's cache folder, keyed by
-what the code depends on (shapes, dtypes, threads, torch, the processor's vector instructions), so
-a later start loads it in milliseconds.
+what the code depends on (shapes, dtypes, threads, torch, the processor's vector instructions, the
+layer code's own version), so a later start loads it in milliseconds.
 
 The weight products read plain weights: in half precision through torch's own kernels, oneDNN
 switched off around the step (they read a single row fastest, see ``core.models.cpu_packed``); in

@@ -113,8 +113,9 @@ def apply_layout(model: nn.Module, layout: str) -> int:
 
     Quantized linears (subclasses, int8/int4 modules) are left alone. A head tied to the embedding
     gets its own packed copy; the embedding keeps the shared weight. Layers change one at a time,
-    so each old weight can be freed as it goes. Raises RuntimeError where oneDNN cannot pack the
-    dtype here (at the first layer, before any change).
+    so each old weight can be freed as it goes; packed layers only gain or drop their plain copy
+    between ``packed`` and ``packed+rows`` (no repacking). Raises RuntimeError where oneDNN cannot
+    pack the dtype here (at the first layer, before any change).
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown weight layout {layout!r}; use one of {', '.join(LAYOUTS)}")
@@ -122,6 +123,9 @@ def apply_layout(model: nn.Module, layout: str) -> int:
                if isinstance(child, PackedLinear) or (type(child) is nn.Linear and child.weight.is_floating_point())]
     for parent, name in current:
         layer = getattr(parent, name)
+        if isinstance(layer, PackedLinear) and layout != PLAIN:
+            layer.plain = None if layout == PACKED else layer.plain_weight()
+            continue
         linear = layer.to_linear() if isinstance(layer, PackedLinear) else layer
         setattr(parent, name, linear if layout == PLAIN else PackedLinear.from_linear(linear, rows=layout == PACKED_ROWS))
     return len(current)

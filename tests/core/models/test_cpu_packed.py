@@ -72,6 +72,22 @@ def test_a_packed_model_converts_and_copies(layout: str) -> None:
         PackedLinear(torch.zeros(2, 2, device="meta"), None)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_between_packed_layouts_only_the_plain_copy_comes_and_goes(dtype: torch.dtype) -> None:
+    model = make_model(tiny_llama_config(256)).to(dtype)
+    original = model.model.layers[0].mlp.up_proj.weight.detach().clone()
+    apply_layout(model, PACKED)
+    layer = model.model.layers[0].mlp.up_proj
+    packed = layer.packed
+    apply_layout(model, PACKED_ROWS)
+    assert model.model.layers[0].mlp.up_proj is layer and layer.packed is packed  # not repacked
+    assert layout_of(model) == PACKED_ROWS and torch.equal(layer.plain, original)
+    apply_layout(model, PACKED)
+    assert layer.packed is packed and layer.plain is None and layout_of(model) == PACKED
+    apply_layout(model, PLAIN)
+    assert torch.equal(model.model.layers[0].mlp.up_proj.weight, original)
+
+
 def test_an_fp32_row_reads_the_packed_weights_even_beside_a_plain_copy() -> None:
     torch.manual_seed(0)
     linear = nn.Linear(64, 96)
