@@ -9,14 +9,14 @@ cache and its weights, exported for any cache length and compiled by AOTInductor
 what the code depends on (shapes, dtypes, threads, torch, the processor's vector instructions, the
 layer code's own version), so a later start loads it in milliseconds.
 
-The weight products read plain weights: in half precision through torch's own kernels, oneDNN
-switched off around the step (they read a single row fastest, see ``core.models.cpu_packed``); in
-fp32 as reductions that inductor fuses (24 GB/s here, against 10 for torch's kernel and 20 for
-oneDNN's packed one); int8 / int4 weights through torch's weight-only kernels
-(``core.models.cpu_quant``). So the step needs plain weights (layout ``plain`` or ``packed+rows``)
-or quantized ones. Lookahead's wider steps stay eager, on the packed weights. Whether compiling
-pays (it needs a C++ compiler, and inductor's code is not faster everywhere) is measured where the
-app runs: :func:`choose_compiled_step`.
+The weight products read plain float or int8 weights as reductions, ``(x * W).sum(-1)``, that
+inductor fuses into one kernel each (int8 widened inside it): here 24-27 GB/s, against 10-23 for
+torch's and oneDNN's one-row products and 11-14 for torch's int8 kernel. Their input is stored
+before the product (else inductor recomputes the layer norm for every weight row: a 1.8x slower
+int8 step). int4 weights go through torch's weight-only kernel (``core.models.cpu_quant``). So the
+step needs plain weights (layout ``plain`` or ``packed+rows``) or quantized ones. Lookahead's
+wider steps stay eager, on the packed weights. Whether compiling pays (it needs a C++ compiler, and
+inductor's code is not faster everywhere) is measured where the app runs: :func:`choose_compiled_step`.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ class _LayerSpec:
     tensors: tuple[str, ...]  # per LayerWeights entry: its dtype and shape, or "-" where absent
     threads: int  # inductor's kernels are compiled for a thread count
     machine: str  # torch version, processor and the vector instructions the kernels use
-    code: int = 2  # :class:`_DecoderLayer`'s version: a package compiled from older code is not loaded (2: fp32 reductions)
+    code: int = 3  # :class:`_DecoderLayer`'s version: a package compiled from older code is not loaded (3: every float and int8 product a reduction)
 
     @property
     def key(self) -> str:
@@ -292,17 +292,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def _project(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
-    if scales is None and weight.dtype == torch.float32:  # inductor's fused reduction reads fp32 rows faster than
-        out = (x.unsqueeze(-2) * weight).sum(-1)  # torch's or oneDNN's one-row product (24 against 10-20 GB/s here)
-        return out if bias is None else out + bias
-    if scales is None:
-        return F.linear(x, weight, bias)
-    flat = x.reshape(-1, x.shape[-1])
-    if weight.dtype == torch.int8:  # one scale per output channel
-        out = torch._weight_int8pack_mm(flat, weight, scales)
-    else:  # int4 packed for the CPU kernel; scales and zeros [in / group, out, 2]
+    if weight.dtype == torch.uint8:  # int4, packed for the CPU kernel; scales and zeros [in / group, out, 2]
+        assert scales is not None
+        flat = x.reshape(-1, x.shape[-1])
         out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, weight, flat.shape[-1] // scales.shape[0], scales)
-    out = out.reshape(*x.shape[:-1], out.shape[-1])
+        out = out.reshape(*x.shape[:-1], out.shape[-1])
+    elif scales is None:  # float weights: a reduction inductor fuses into one kernel per product
+        out = (x.unsqueeze(-2) * weight).sum(-1)
+    else:  # int8, one scale per output channel: widened inside the same kernel, scaled before rounding
+        out = ((x.unsqueeze(-2) * weight.to(x.dtype)).sum(-1, dtype=torch.float32) * scales).to(x.dtype)
     return out if bias is None else out + bias
 
 
@@ -324,7 +322,7 @@ def compile_step(model: Any) -> str | None:
             spec = _layer_spec(model, weights[0])  # inductor's vector-instruction probe runs the compiler too
         path = _package_dir() / f"layer-{spec.key}.pt2"
         layer = (_load(path) if path.exists() else None) or _compile(model, spec, weights[0], path)
-        with torch.inference_mode(), one_row_kernels():
+        with torch.inference_mode():
             layer([*_scratch_inputs(model), *_present(weights[0])])
     except Exception as err:  # noqa: BLE001 - inductor raises many kinds (no compiler, no headers); eager still answers
         log.warning("the decoding step stays eager: compiling it failed: %s", err)
@@ -387,7 +385,9 @@ def _compile(model: Any, spec: _LayerSpec, weights: LayerWeights, path: Path) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.pt2")
     try:
-        with torch.no_grad(), _quiet_torch(), inductor_config.patch(compile_threads=1):
+        # realize_acc_reads_threshold: store every operator's result that reads more than two tensors
+        # (the layer norms), so that the weight products read it instead of recomputing it per row
+        with torch.no_grad(), _quiet_torch(), inductor_config.patch(compile_threads=1, realize_acc_reads_threshold=2):
             program = torch.export.export(_DecoderLayer(spec), inputs, dynamic_shapes=shapes)
             torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
         partial.replace(path)  # whole or not at all: another start never loads half a package

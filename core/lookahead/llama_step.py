@@ -97,16 +97,17 @@ class LlamaStep:
 
     def _compiled_token(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """A 1-token step (its embedding and rotary tables given) through the compiled layer; oneDNN
-        off for its one-row products. Nothing is cached unless every layer ran."""
+        off for the head's one-row product. Nothing is cached unless every layer ran."""
         assert self._compiled is not None and self._weights is not None
         inner = self.model.model
         like = hidden.new_empty(1, self.kv_heads, 1, self.head_dim)
         end = self.cache.length + 1
-        with one_row_kernels(), torch.profiler.record_function(COMPILED_LAYERS):  # one opaque call per layer
+        with torch.profiler.record_function(COMPILED_LAYERS):  # one opaque call per layer
             for index, weights in enumerate(self._weights):
                 keys, values = self.cache.buffers(index, like)
                 hidden = self._compiled([hidden, cos, sin, keys[:end], values[:end], *weights])[0]
-            self.cache.advance(1)
+        self.cache.advance(1)
+        with one_row_kernels():
             return self.model.lm_head(inner.norm(hidden)[0])
 
     def _attention(
