@@ -43,7 +43,9 @@ log = logging.getLogger(__name__)
 
 COMPILED_MARGIN = 1.03  # the compiled 1-token step must be this much cheaper than the eager one to be kept
 LayerRunner = Callable[[list[torch.Tensor]], list[torch.Tensor]]
-"""A compiled layer: ``[hidden, cos, sin, keys, values, *weights]`` (``None`` weights left out) in, ``[hidden]`` out."""
+"""A compiled layer: ``[hidden, cos, sin, keys, values, *head, *weights]`` (``None`` tensors left out) in,
+``[hidden, logits]`` out; see :class:`_DecoderLayer`."""
+HEAD_STAND_IN_ROWS = 2  # the head rows every layer but the last computes (see _DecoderLayer); 0 and 1 would fix the shape
 MIN_CACHED = 1  # cached tokens before the compiled step runs: it takes a cache of 2 or more entries, this token's included
 _WARM_UP_START = 5  # cache entries before the warm-up token
 
@@ -51,6 +53,8 @@ _WARM_UP_START = 5  # cache entries before the warm-up token
 LayerWeights = tuple[torch.Tensor | None, ...]
 """One decoder layer's tensors, in the order the compiled layer takes them: two norms, then the projections'
 weights, their scales and their biases (``None`` where absent); see :func:`layer_weights`."""
+HeadWeights = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+"""The final norm's weight, then the LM head's weight, scales and bias (``None`` where absent); see :func:`head_weights`."""
 
 
 def set_compile_cache(cache_dir: Path) -> None:
@@ -70,7 +74,7 @@ def why_not_compilable(model: Any, *, weights: bool = True) -> str | None:
         return "the compiled step is for the CPU"
     if getattr(model.config, "hidden_act", None) not in ("silu", "swish"):
         return f"activation {model.config.hidden_act!r}"
-    if weights and layer_weights(model) is None:
+    if weights and (layer_weights(model) is None or head_weights(model) is None):
         return "packed-only or unknown quantized weights (it needs plain float, int8 or int4 weights)"
     return None
 
@@ -96,6 +100,23 @@ def layer_weights(model: Any) -> list[LayerWeights] | None:
         norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
         result.append((*norms, *(p[0] for p in joined), *(p[1] for p in joined), *(p[2] for p in joined)))
     return result
+
+
+def head_weights(model: Any) -> HeadWeights | None:
+    """The final norm's and the LM head's tensors as the compiled layer takes them; ``None`` where the
+    head has no weight it can read (int4 heads included: the app never makes one)."""
+    head = model.lm_head
+    projection = _projection(head) if _kind(head) != "int4" else None
+    if projection is None:
+        return None
+    return model.model.norm.weight, projection[0], projection[1], getattr(head, "bias", None)
+
+
+def _head_stand_in(head: HeadWeights) -> HeadWeights:
+    """The head's first :data:`HEAD_STAND_IN_ROWS` output rows (views): what the layers before the last compute."""
+    norm, weight, scales, bias = head
+    rows = slice(0, HEAD_STAND_IN_ROWS)
+    return norm, weight[rows], None if scales is None else scales[rows], None if bias is None else bias[rows]
 
 
 Projection = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
@@ -206,10 +227,13 @@ class _LayerSpec:
     kv_heads: int
     head_dim: int
     eps: float
+    head_eps: float  # the final norm's
     tensors: tuple[str, ...]  # per LayerWeights entry: its dtype and shape, or "-" where absent
+    head: tuple[str, ...]  # per HeadWeights entry: its dtype and shape past the vocabulary (any size), or "-"
     threads: int  # inductor's kernels are compiled for a thread count
     machine: str  # torch version, processor and the vector instructions the kernels use
-    code: int = 3  # :class:`_DecoderLayer`'s version: a package compiled from older code is not loaded (3: every float and int8 product a reduction)
+    code: int = 4  # :class:`_DecoderLayer`'s version: a package compiled from older code is not loaded
+    # (3: every float and int8 product a reduction; 4: the LM head inside)
 
     @property
     def key(self) -> str:
@@ -219,7 +243,7 @@ class _LayerSpec:
 _COMPILED: "weakref.WeakKeyDictionary[Any, tuple[_LayerSpec, LayerRunner]]" = weakref.WeakKeyDictionary()  # model ->
 
 
-def _layer_spec(model: Any, weights: LayerWeights) -> _LayerSpec:
+def _layer_spec(model: Any, weights: LayerWeights, head: HeadWeights) -> _LayerSpec:
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     config = model.config
@@ -229,14 +253,21 @@ def _layer_spec(model: Any, weights: LayerWeights) -> _LayerSpec:
         kv_heads=config.num_key_value_heads,
         head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
         eps=float(model.model.layers[0].input_layernorm.variance_epsilon),
+        head_eps=float(model.model.norm.variance_epsilon),
         tensors=tuple("-" if t is None else f"{t.dtype}{list(t.shape)}" for t in weights),
+        head=tuple("-" if t is None else f"{t.dtype}{list(t.shape[1:] if i else t.shape)}" for i, t in enumerate(head)),
         threads=torch.get_num_threads(),
         machine=f"{torch.__version__} {platform.machine()} {pick_vec_isa()}",
     )
 
 
 class _DecoderLayer(nn.Module):
-    """A decoder layer's 1-token step, as transformers computes it (``LlamaDecoderLayer``); its weights are inputs."""
+    """A decoder layer's 1-token step, as transformers computes it (``LlamaDecoderLayer``), then the final
+    norm and the LM head on its output; its weights are inputs.
+
+    The head is in the same compiled code so that it reads its weights as fast as the layers do (a
+    second package would cost a second compile, some 5 s). Every layer but the last passes a stand-in
+    head of :data:`HEAD_STAND_IN_ROWS` rows, whose logits are not used."""
 
     def __init__(self, spec: _LayerSpec) -> None:
         super().__init__()
@@ -244,17 +275,27 @@ class _DecoderLayer(nn.Module):
 
     def forward(
         self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+        head_norm: torch.Tensor, head_weight: torch.Tensor, head_scales: torch.Tensor | None, head_bias: torch.Tensor | None,
         *tensors: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``hidden`` ``[1, 1, hidden_size]`` after the layer, and the head's logits ``[1, rows]`` for it.
+        ``keys`` and ``values``: the cache ``[length, kv_heads, head_dim]`` up to and including this
+        token's slot, which is written here. ``head_*``: :data:`HeadWeights`; ``tensors``: a layer's
+        :data:`LayerWeights`."""
+        hidden = self._layer(hidden, cos, sin, keys, values, tensors)
+        logits = _project(self._rms_norm(hidden, head_norm, self.spec.head_eps)[0], head_weight, head_scales, head_bias)
+        return hidden, logits
+
+    def _layer(
+        self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+        tensors: tuple[torch.Tensor | None, ...],
     ) -> torch.Tensor:
-        """``hidden`` ``[1, 1, hidden_size]`` after the layer. ``keys`` and ``values``: the cache
-        ``[length, kv_heads, head_dim]`` up to and including this token's slot, which is written here.
-        ``tensors``: a layer's :data:`LayerWeights`."""
         spec = self.spec
         heads, kv_heads, head_dim = spec.heads, spec.kv_heads, spec.head_dim
         norm1, norm2 = tensors[0], tensors[1]
         count = (len(tensors) - 2) // 3  # 7 projections, or 4 where q, k, v and gate, up are joined
         projections = [(tensors[2 + i], tensors[2 + count + i], tensors[2 + 2 * count + i]) for i in range(count)]
-        h = self._rms_norm(hidden, norm1)
+        h = self._rms_norm(hidden, norm1, spec.eps)
         if count == 4:
             qkv, o, gate_up, down = projections
             q, k, v = _project(h, *qkv).split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
@@ -272,17 +313,18 @@ class _DecoderLayer(nn.Module):
         weights = torch.softmax(scores, dim=-1)
         out = (weights[..., None] * values.permute(1, 0, 2)[:, None].float()).sum(-2).to(hidden.dtype)
         hidden = hidden + _project(out.reshape(1, 1, heads * head_dim), *o)
-        h = self._rms_norm(hidden, norm2)
+        h = self._rms_norm(hidden, norm2, spec.eps)
         if count == 4:
             gate, up = _project(h, *gate_up).chunk(2, dim=-1)
         else:
             gate, up = _project(h, *gate_proj), _project(h, *up_proj)
         return hidden + _project(F.silu(gate) * up, *down)
 
-    def _rms_norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def _rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         dtype = hidden.dtype
         hidden = hidden.to(torch.float32)
-        hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + self.spec.eps)
+        hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + eps)
         return weight * hidden.to(dtype)
 
 
@@ -315,15 +357,15 @@ def compile_step(model: Any) -> str | None:
     if reason is not None:
         return reason
     fuse_projections(model)
-    weights = layer_weights(model)
-    assert weights is not None
+    weights, head = layer_weights(model), head_weights(model)
+    assert weights is not None and head is not None
     try:
         with _quiet_torch():
-            spec = _layer_spec(model, weights[0])  # inductor's vector-instruction probe runs the compiler too
+            spec = _layer_spec(model, weights[0], head)  # inductor's vector-instruction probe runs the compiler too
         path = _package_dir() / f"layer-{spec.key}.pt2"
-        layer = (_load(path) if path.exists() else None) or _compile(model, spec, weights[0], path)
+        layer = (_load(path) if path.exists() else None) or _compile(model, spec, (*head, *weights[0]), path)
         with torch.inference_mode():
-            layer([*_scratch_inputs(model), *_present(weights[0])])
+            layer([*_scratch_inputs(model), *_present(_head_stand_in(head)), *_present(weights[0])])
     except Exception as err:  # noqa: BLE001 - inductor raises many kinds (no compiler, no headers); eager still answers
         log.warning("the decoding step stays eager: compiling it failed: %s", err)
         first_line = (str(err).strip().splitlines() or [""])[0][:200]
@@ -370,7 +412,7 @@ def _load(path: Path) -> LayerRunner | None:
         return None
 
 
-def _compile(model: Any, spec: _LayerSpec, weights: LayerWeights, path: Path) -> LayerRunner:
+def _compile(model: Any, spec: _LayerSpec, weights: tuple[torch.Tensor | None, ...], path: Path) -> LayerRunner:
     """Export the layer for any cache length and compile it ahead of time (AOTInductor) into ``path``.
 
     Ahead-of-time code runs without dynamo's guards and Python wrapper: a fifth less time per layer
@@ -379,9 +421,10 @@ def _compile(model: Any, spec: _LayerSpec, weights: LayerWeights, path: Path) ->
     import torch._inductor.config as inductor_config
     from torch.export import Dim
 
-    inputs = (*_scratch_inputs(model), *weights)
-    length = Dim("length", min=2, max=1 << 20)
-    shapes = (None, None, None, {0: length}, {0: length}, (None,) * len(weights))  # the last: *tensors
+    inputs = (*_scratch_inputs(model), *weights)  # weights: the head's, then the layer's
+    length, vocabulary = Dim("length", min=2, max=1 << 20), Dim("vocabulary", min=HEAD_STAND_IN_ROWS, max=1 << 24)
+    head = (None, *({0: vocabulary} if t is not None else None for t in weights[1:4]))  # any number of head rows
+    shapes = (None, None, None, {0: length}, {0: length}, *head, (None,) * (len(weights) - 4))  # the last: *tensors
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.pt2")
     try:
@@ -415,19 +458,30 @@ def compiled_layer(model: Any) -> LayerRunner | None:
     return attached[1] if attached is not None else None
 
 
-def compiled_weights(model: Any) -> tuple[LayerRunner, list[tuple[torch.Tensor, ...]]] | None:
+@dataclass(frozen=True)
+class CompiledStep:
+    """The compiled layer and the tensors each call takes after ``[hidden, cos, sin, keys, values]``."""
+
+    layer: LayerRunner
+    layers: list[tuple[torch.Tensor, ...]]  # every layer's weights
+    head: tuple[torch.Tensor, ...]  # the final norm and LM head (for the last layer)
+    stand_in: tuple[torch.Tensor, ...]  # a few of the head's rows (for the others)
+
+
+def compiled_weights(model: Any) -> CompiledStep | None:
     """The compiled layer and every layer's weights as it takes them; ``None`` (eager) when none is
     attached, or when the model changed since it was compiled (converted to another dtype, say)."""
     attached = _COMPILED.get(model)
     weights = layer_weights(model) if attached is not None else None
-    if attached is None or weights is None:
+    head = head_weights(model) if attached is not None else None
+    if attached is None or weights is None or head is None:
         return None
     spec, layer = attached
-    if any(_layer_spec(model, w) != spec for w in weights):
+    if any(_layer_spec(model, w, head) != spec for w in weights):
         log.warning("the decoding step runs eager: the model changed since its step was compiled")
         drop_compiled_step(model)
         return None
-    return layer, [_present(w) for w in weights]
+    return CompiledStep(layer, [_present(w) for w in weights], _present(head), _present(_head_stand_in(head)))
 
 
 def drop_compiled_step(model: Any) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.lookahead.compiled_step import MIN_CACHED, compiled_weights, one_row_kernels
+from core.lookahead.compiled_step import MIN_CACHED, compiled_weights
 from core.lookahead.kv_cache import StaticKVCache
 from core.lookahead.model_step import causal_mask
 from core.lookahead.sliding import sliding_window_of
@@ -62,7 +62,7 @@ class LlamaStep:
         self._rotate = sys.modules[type(self.layers[0].self_attn).__module__].apply_rotary_pos_emb
         self.cache = StaticKVCache(len(self.layers), capacity)
         # The compiled 1-token layer (core.lookahead.compiled_step), where one is attached and still fits the weights
-        self._compiled, self._weights = compiled_weights(model) or (None, None)
+        self._compiled = compiled_weights(model)
 
     @property
     def length(self) -> int:
@@ -96,19 +96,20 @@ class LlamaStep:
         return self.model.lm_head(rows)
 
     def _compiled_token(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """A 1-token step (its embedding and rotary tables given) through the compiled layer; oneDNN
-        off for the head's one-row product. Nothing is cached unless every layer ran."""
-        assert self._compiled is not None and self._weights is not None
-        inner = self.model.model
+        """A 1-token step (its embedding and rotary tables given) through the compiled layer, the last
+        call computing the head. Nothing is cached unless every layer ran."""
+        compiled = self._compiled
+        assert compiled is not None
         like = hidden.new_empty(1, self.kv_heads, 1, self.head_dim)
         end = self.cache.length + 1
+        last = len(compiled.layers) - 1
         with torch.profiler.record_function(COMPILED_LAYERS):  # one opaque call per layer
-            for index, weights in enumerate(self._weights):
+            for index, weights in enumerate(compiled.layers):
                 keys, values = self.cache.buffers(index, like)
-                hidden = self._compiled([hidden, cos, sin, keys[:end], values[:end], *weights])[0]
+                head = compiled.head if index == last else compiled.stand_in
+                hidden, logits = compiled.layer([hidden, cos, sin, keys[:end], values[:end], *head, *weights])
         self.cache.advance(1)
-        with one_row_kernels():
-            return self.model.lm_head(inner.norm(hidden)[0])
+        return logits
 
     def _attention(
         self, index: int, attn: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,

@@ -18,14 +18,18 @@ def _prompt(seed: int) -> list[int]:
 
 
 def _layer_calls(model, decode) -> int:
-    """How many times the first decoder layer's eager MLP module ran during ``decode()``."""
-    calls: list[int] = []
-    hook = model.model.layers[0].mlp.register_forward_hook(lambda *args: calls.append(1))
+    """How many times the first decoder layer's eager MLP module ran during ``decode()``; the eager LM
+    head must have run as often (the compiled step computes its own)."""
+    calls: list[str] = []
+    hooks = [module.register_forward_hook(lambda *args, name=name: calls.append(name))
+             for name, module in (("layer", model.model.layers[0].mlp), ("head", model.lm_head))]
     try:
         decode()
     finally:
-        hook.remove()
-    return len(calls)
+        for hook in hooks:
+            hook.remove()
+    assert calls.count("head") == calls.count("layer")
+    return calls.count("layer")
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +90,7 @@ def test_bf16_compiled_step_runs_on_the_rows_copy_and_agrees_with_eager() -> Non
             compiled = step.forward(torch.tensor([7]), torch.tensor([len(prompt)]), 1)
         # bf16: the compiled layer keeps fp32 between operators where eager rounds to bf16, so the logits
         # agree to bf16's precision, not bit for bit (fp32 is exact: the tests above)
+        assert compiled.shape == eager.shape == (1, model.config.vocab_size)  # the whole head, from the last layer's call
         assert torch.allclose(compiled.float(), eager.float(), atol=0.05, rtol=0.02)
         decoding = Decoding(model, prompt, max_new_tokens=12)
         assert _layer_calls(model, lambda: list(decoding)) == 1 and len(decoding.tokens) == 12
