@@ -359,11 +359,16 @@ def compile_step(model: Any) -> str | None:
     fuse_projections(model)
     weights, head = layer_weights(model), head_weights(model)
     assert weights is not None and head is not None
+    import torch._inductor.config as inductor_config
+
     try:
-        with _quiet_torch():
-            spec = _layer_spec(model, weights[0], head)  # inductor's vector-instruction probe runs the compiler too
-        path = _package_dir() / f"layer-{spec.key}.pt2"
-        layer = (_load(path) if path.exists() else None) or _compile(model, spec, (*head, *weights[0]), path)
+        # The vector instructions from the processor's flags: inductor's own probe compiles and loads a test
+        # program per instruction set (7.6 s at a first start here, 1.1 s later). A compiler that cannot
+        # build them fails the compile below, and the step stays eager.
+        with _quiet_torch(), inductor_config.patch({"cpp.vec_isa_ok": True}):
+            spec = _layer_spec(model, weights[0], head)
+            path = _package_dir() / f"layer-{spec.key}.pt2"
+            layer = (_load(path) if path.exists() else None) or _compile(model, spec, (*head, *weights[0]), path)
         with torch.inference_mode():
             layer([*_scratch_inputs(model), *_present(_head_stand_in(head)), *_present(weights[0])])
     except Exception as err:  # noqa: BLE001 - inductor raises many kinds (no compiler, no headers); eager still answers
