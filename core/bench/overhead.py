@@ -39,8 +39,8 @@ class StepProfile:
 
 
 def category(op: str) -> str:
-    """The category an operator's own time counts in; the compiled layers' code (weights, attention and
-    all) is one call the profiler does not see into."""
+    """The category an operator's own time counts in; the compiled layers' code (weights, attention,
+    the LM head and all) is one call the profiler does not see into."""
     if op == COMPILED_LAYERS:
         return COMPILED_LAYERS
     if op in _WEIGHT_OPS:
