@@ -39,8 +39,8 @@ from core.progress import CancelToken, ProgressCallback, no_progress
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 5  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step;
-# 5: packed (fp32) weights compiled too, on a plain copy
+CALIBRATION_VERSION = 6  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step;
+# 5: packed (fp32) weights compiled too, on a plain copy; 6: the compiled step's own int8 products and head (int8 may win now)
 STAGE = "Measuring this machine for Auto (once)"
 COMPILE_STAGE = "Loading the compiled decoding step"
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from core.lookahead import Decoding, LookaheadConfig
-from core.models.cpu_quant import Int4WeightLinear, Int8WeightLinear, quantize_model
+from core.models.cpu_quant import WIDEN_FROM_ROWS, Int4WeightLinear, Int8WeightLinear, quantize_model
 from tests.conftest import make_model, tiny_llama_config
 
 
@@ -25,9 +25,10 @@ def test_int8_layer_is_the_dequantized_matmul(bias: bool) -> None:
     assert torch.equal(layer.qweight, torch.round(weight / scales[:, None]).to(torch.int8))
     dequantized = layer.qweight.float() * layer.scales[:, None]
     assert (dequantized - weight).abs().max() <= scales.max() / 2 + 1e-7  # half a step at most
-    x = torch.randn(2, 3, 64)
-    expected = x @ dequantized.T + (linear.bias.detach() if bias else 0)
-    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+    for rows in (3, WIDEN_FROM_ROWS):  # torch's int8 kernel, then widened weights for a prompt's many rows
+        x = torch.randn(2, rows, 64)
+        expected = x @ dequantized.T + (linear.bias.detach() if bias else 0)
+        torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_int4_layer_is_the_dequantized_matmul() -> None:
@@ -48,11 +49,12 @@ def test_bf16_activations_follow_the_model_dtype() -> None:
     layer = Int8WeightLinear.from_linear(linear).to(torch.bfloat16)
     four = Int4WeightLinear.from_linear(linear, 64).to(torch.bfloat16)
     assert layer.qweight.dtype == torch.int8 and layer.scales.dtype == torch.bfloat16
-    x = torch.randn(3, 64)
-    for module in (layer, four):
-        out = module(x.to(torch.bfloat16))
-        assert out.dtype == torch.bfloat16
-        torch.testing.assert_close(out.float(), linear(x).detach(), rtol=0.1, atol=0.1)
+    for rows, modules in ((3, (layer, four)), (WIDEN_FROM_ROWS, (layer,))):  # int8 widens its weights for many rows
+        x = torch.randn(rows, 64)
+        for module in modules:
+            out = module(x.to(torch.bfloat16))
+            assert out.dtype == torch.bfloat16
+            torch.testing.assert_close(out.float(), linear(x).detach(), rtol=0.1, atol=0.1)
 
 
 def test_int4_leaves_a_layer_it_cannot_group_in_float() -> None:
