@@ -232,6 +232,8 @@ class _LayerSpec:
     head: tuple[str, ...]  # per HeadWeights entry: its dtype and shape past the vocabulary (any size), or "-"
     threads: int  # inductor's kernels are compiled for a thread count
     machine: str  # torch version, processor and the vector instructions the kernels use
+    dtype: torch.dtype  # the model's activations'
+    fp32_products: bool  # products read fp32 input, int8 ones in fused reductions (see _DecoderLayer)
     code: int = 4  # :class:`_DecoderLayer`'s version: a package compiled from older code is not loaded
     # (3: every float and int8 product a reduction; 4: the LM head inside, fp32 between the products)
 
@@ -248,6 +250,7 @@ def _layer_spec(model: Any, weights: LayerWeights, head: HeadWeights) -> _LayerS
 
     config = model.config
     heads = config.num_attention_heads
+    isa = pick_vec_isa()
     return _LayerSpec(
         heads=heads,
         kv_heads=config.num_key_value_heads,
@@ -257,7 +260,9 @@ def _layer_spec(model: Any, weights: LayerWeights, head: HeadWeights) -> _LayerS
         tensors=tuple("-" if t is None else f"{t.dtype}{list(t.shape)}" for t in weights),
         head=tuple("-" if t is None else f"{t.dtype}{list(t.shape[1:] if i else t.shape)}" for i, t in enumerate(head)),
         threads=torch.get_num_threads(),
-        machine=f"{torch.__version__} {platform.machine()} {pick_vec_isa()}",
+        machine=f"{torch.__version__} {platform.machine()} {isa}",
+        dtype=model.get_input_embeddings().weight.dtype,
+        fp32_products=isa.bit_width() >= 512,
     )
 
 
@@ -267,7 +272,15 @@ class _DecoderLayer(nn.Module):
 
     The head is in the same compiled code so that it reads its weights as fast as the layers do (a
     second package would cost a second compile, some 5 s). Every layer but the last passes a stand-in
-    head of :data:`HEAD_STAND_IN_ROWS` rows, whose logits are not used."""
+    head of :data:`HEAD_STAND_IN_ROWS` rows, whose logits are not used.
+
+    The layer computes in fp32; what its products read depends on the vector instructions. With
+    512-bit ones (AVX-512) they read fp32 input, and int8 weights too go through fused reductions
+    (an int8 layer's products 119 us here, against 164 reading bf16 input and 223 through torch's
+    int8 kernel). Narrower ones lack masked loads of bytes and half floats: inductor then reads a
+    weight vector's worth at a time through a copy, and fp32 input (8 lanes, so 8 weights a load)
+    made the compiled step 4-7x slower with AVX2. There the products read the input in the model's
+    dtype (a whole vector of bf16 weights a load), and int8 weights go through torch's int8 kernel."""
 
     def __init__(self, spec: _LayerSpec) -> None:
         super().__init__()
@@ -284,17 +297,18 @@ class _DecoderLayer(nn.Module):
         :data:`LayerWeights`."""
         dtype = hidden.dtype
         hidden = self._layer(hidden, cos, sin, keys, values, tensors).to(dtype)
-        logits = _project(self._rms_norm(hidden, head_norm, self.spec.head_eps)[0], head_weight, head_scales, head_bias)
-        return hidden, logits.to(hidden.dtype)
+        logits = self._project(self._rms_norm(hidden, head_norm, self.spec.head_eps)[0], head_weight, head_scales, head_bias)
+        return hidden, logits.to(dtype)
 
     def _layer(
         self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
         tensors: tuple[torch.Tensor | None, ...],
     ) -> torch.Tensor:
-        """The layer in fp32 from end to end: only the cache entries are rounded to the model's dtype
-        (products read fp32 input faster: 119 against 164 us a layer of int8 weights here)."""
+        """The layer in fp32; only the cache entries (and, without ``fp32_products``, the products'
+        input) are rounded to the model's dtype."""
         spec = self.spec
         heads, kv_heads, head_dim = spec.heads, spec.kv_heads, spec.head_dim
+        _project = self._project
         hidden = hidden.float()
         norm1, norm2 = tensors[0], tensors[1]
         count = (len(tensors) - 2) // 3  # 7 projections, or 4 where q, k, v and gate, up are joined
@@ -324,6 +338,23 @@ class _DecoderLayer(nn.Module):
             gate, up = _project(h, *gate_proj), _project(h, *up_proj)
         return hidden + _project(F.silu(gate) * up, *down)
 
+    def _project(self, x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x`` (fp32) times the weight, in fp32 (see the class)."""
+        fused = self.spec.fp32_products
+        x = x if fused else x.to(self.spec.dtype)
+        if weight.dtype == torch.uint8:  # int4, packed for the CPU kernel; scales and zeros [in / group, out, 2]
+            assert scales is not None
+            flat = x.reshape(-1, x.shape[-1]).to(scales.dtype)
+            out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, weight, flat.shape[-1] // scales.shape[0], scales).float()
+        elif scales is None:  # float weights: a reduction inductor fuses into one kernel per product
+            out = (x.unsqueeze(-2) * weight).sum(-1, dtype=torch.float32)
+        elif fused:  # int8, one scale per output channel: widened inside the same kernel
+            out = (x.unsqueeze(-2) * weight.float()).sum(-1) * scales
+        else:
+            out = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), weight, scales.to(x.dtype)).float()
+        out = out.reshape(*x.shape[:-1], out.shape[-1])
+        return out if bias is None else out + bias
+
     @staticmethod
     def _rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """In fp32 (``hidden``'s dtype rounds it in transformers' norm)."""
@@ -334,20 +365,6 @@ class _DecoderLayer(nn.Module):
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
-
-def _project(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
-    """``x`` (fp32) times the weight, in fp32."""
-    if weight.dtype == torch.uint8:  # int4, packed for the CPU kernel; scales and zeros [in / group, out, 2]
-        assert scales is not None
-        flat = x.reshape(-1, x.shape[-1]).to(scales.dtype)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, weight, flat.shape[-1] // scales.shape[0], scales)
-        out = out.reshape(*x.shape[:-1], out.shape[-1]).float()
-    elif scales is None:  # float weights: a reduction inductor fuses into one kernel per product
-        out = (x.unsqueeze(-2) * weight).sum(-1)
-    else:  # int8, one scale per output channel: widened inside the same kernel
-        out = (x.unsqueeze(-2) * weight.float()).sum(-1) * scales
-    return out if bias is None else out + bias
 
 
 def compile_step(model: Any) -> str | None:
