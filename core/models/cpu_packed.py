@@ -150,8 +150,8 @@ def choose_layout(model: Any, cancelled: Callable[[], bool] | None = None) -> st
 
     if model.device.type != "cpu" or not packing_available() or layout_of(model) != PLAIN:
         return layout_of(model)
-    if getattr(model, _MEASURED_PLAIN, None) == model.dtype:  # measured before, and plain won
-        return PLAIN
+    if getattr(model, _MEASURED_PLAIN, None) == model.dtype or _float_dtype(model) is None:  # measured before, and
+        return PLAIN  # plain won; or no float linear to lay out (all int8, say): nothing to measure
 
     def cost() -> float:
         return sum(measure_step_seconds(model, (1, 8), context=128, repeats=3, cancelled=cancelled))

@@ -141,6 +141,20 @@ def test_choose_layout_leaves_the_model_in_the_layout_it_reports(dtype: torch.dt
     assert choose_layout(model) == layout  # measured once: the layout stays
 
 
+def test_a_model_without_float_linears_has_no_layout_to_measure() -> None:
+    from core.models.cpu_quant import quantize_model
+
+    model = make_model(tiny_llama_config(256))
+    quantize_model(model, 8)  # every linear int8, the head included
+    steps: list[int] = []
+    hook = model.get_input_embeddings().register_forward_pre_hook(lambda *args: steps.append(1))
+    try:
+        assert choose_layout(model) == PLAIN
+    finally:
+        hook.remove()
+    assert not steps  # no step was run to measure
+
+
 def test_a_processor_that_cannot_pack_the_dtype_keeps_the_plain_layout() -> None:
     """oneDNN packs bf16 only with AVX-512 (or AVX-NE-CONVERT): capped at AVX2, the model stays as it was."""
     script = (
