@@ -9,11 +9,13 @@ cache and its weights, exported for any cache length and compiled by AOTInductor
 what the code depends on (shapes, dtypes, threads, torch, the processor's vector instructions, the
 layer code's own version), so a later start loads it in milliseconds.
 
-The weight products read plain float or int8 weights as reductions, ``(x * W).sum(-1)``, that
-inductor fuses into one kernel each (int8 widened inside it): here 24-27 GB/s, against 10-23 for
-torch's and oneDNN's one-row products and 11-14 for torch's int8 kernel. Their input is stored
-before the product (else inductor recomputes the layer norm for every weight row: a 1.8x slower
-int8 step). int4 weights go through torch's weight-only kernel (``core.models.cpu_quant``). So the
+The weight products read plain float weights as reductions, ``(x * W).sum(-1)``, that inductor
+fuses into one kernel each: here 24-27 GB/s, against 10-23 for torch's and oneDNN's one-row
+products. With 512-bit vectors int8 weights do too (widened inside the kernel; torch's int8 kernel
+reads them at 11-14 GB/s), elsewhere they go through that kernel (see :class:`_DecoderLayer`).
+Their input is stored before the product (else inductor recomputes the layer norm for every weight
+row: a 1.8x slower int8 step). int4 weights go through torch's weight-only kernel
+(``core.models.cpu_quant``), the LM head through the last layer's call. So the
 step needs plain weights (layout ``plain`` or ``packed+rows``) or quantized ones. Lookahead's
 wider steps stay eager, on the packed weights. Whether compiling pays (it needs a C++ compiler, and
 inductor's code is not faster everywhere) is measured where the app runs: :func:`choose_compiled_step`.
@@ -357,7 +359,7 @@ class _DecoderLayer(nn.Module):
 
     @staticmethod
     def _rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        """In fp32 (``hidden``'s dtype rounds it in transformers' norm)."""
+        """In fp32, not rounded to the model's dtype (transformers' norm rounds its output)."""
         hidden = hidden.float()
         return weight * (hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + eps))
 

@@ -164,8 +164,8 @@ def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None
 
 
 def test_without_a_compiler_a_fresh_process_measures_on_with_the_eager_step(tmp_path) -> None:
-    """In a new process inductor first probes the compiler for the processor's vector instructions;
-    with none installed that probe fails too, and calibration must go on eager (it once failed whole)."""
+    """In a new process with no compiler installed, compiling fails and calibration must go on eager
+    (it once failed whole, when inductor's own probe of the vector instructions failed first)."""
     import os
     import subprocess
     import sys
@@ -180,6 +180,38 @@ def test_without_a_compiler_a_fresh_process_measures_on_with_the_eager_step(tmp_
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("False)"), done.stdout  # (layout, compiled)
     assert "stays eager: compiling it failed: No working C++ compiler" in done.stderr
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="needs an x86 processor with AVX2")
+def test_with_avx2_the_products_read_the_model_dtype_and_int8_takes_torchs_kernel(tmp_path) -> None:
+    """The form the compiled step takes on processors without AVX-512 (emulated: ATEN_CPU_CAPABILITY=avx2)
+    decodes as the eager step does, for float and int8 weights."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from tests.conftest import make_model, tiny_llama_config\n"
+        "from core.lookahead import Decoding\n"
+        "from core.lookahead.compiled_step import _COMPILED, compile_step\n"
+        "from core.models.cpu_quant import quantize_model\n"
+        "from tests.core.lookahead.test_compiled_step import _layer_calls, _prompt\n"
+        "for bits in (None, 8):\n"
+        "    model = make_model(tiny_llama_config(96), seed=7)\n"
+        "    if bits: quantize_model(model, bits)\n"
+        "    eager = Decoding(model, _prompt(0), max_new_tokens=24); list(eager)\n"
+        "    assert compile_step(model) is None\n"
+        "    spec = _COMPILED[model][0]\n"
+        "    assert 'avx2' in spec.machine and not spec.fp32_products, spec\n"
+        "    compiled = Decoding(model, _prompt(0), max_new_tokens=24)\n"
+        "    assert _layer_calls(model, lambda: list(compiled)) == 1\n"
+        "    assert compiled.tokens == eager.tokens, (bits, compiled.tokens, eager.tokens)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok"), done.stdout
 
 
 def test_a_model_converted_after_compiling_runs_eager_again() -> None:
