@@ -211,16 +211,6 @@ def _projection(linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] |
     return (linear.one_row_weight, None) if kind == "rows" else None
 
 
-@contextmanager
-def one_row_kernels() -> Iterator[None]:
-    """oneDNN switched off: products of one row of half-precision input then run on torch's own, faster kernels."""
-    enabled, torch.backends.mkldnn.enabled = torch.backends.mkldnn.enabled, False
-    try:
-        yield
-    finally:
-        torch.backends.mkldnn.enabled = enabled
-
-
 @dataclass(frozen=True)
 class _LayerSpec:
     """What the compiled code of a decoder layer depends on, besides its weights (inputs, not constants)."""

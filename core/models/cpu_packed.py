@@ -19,14 +19,13 @@ its plain weights in ``state_dict()``; it cannot move off the CPU.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from core.lookahead.compiled_step import one_row_kernels
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +34,16 @@ LAYOUTS = (PLAIN, PACKED, PACKED_ROWS)
 LAYOUT_MARGIN = 1.03  # a layout must make the measured steps this much cheaper to replace the one before it
 ROWS_COPY_LIMIT_BYTES = 2 * 1024**3  # the extra plain copy of ``packed+rows`` is offered up to this many weight bytes
 _MEASURED_PLAIN = "_lookahead_chat_plain_layout_measured"  # model attribute: the dtype for which plain won
+
+
+@contextmanager
+def one_row_kernels() -> Iterator[None]:
+    """oneDNN switched off: products of one row of half-precision input then run on torch's own, faster kernels."""
+    enabled, torch.backends.mkldnn.enabled = torch.backends.mkldnn.enabled, False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = enabled
 
 
 def packing_available() -> bool:
