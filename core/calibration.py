@@ -168,8 +168,8 @@ def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], canc
     if loaded.requested_quantization == "auto":
         models["int8"] = int8_copy(loaded.model)
     try:
-        _fastest_steps(models, cancelled)  # after the copies are made: packing replaces the float layers
-        calibration = calibrate_dtypes(models, progress=report, cancelled=cancelled)
+        one_token = _fastest_steps(models, cancelled)  # after the copies are made: packing replaces the float layers
+        calibration = calibrate_dtypes(models, progress=report, cancelled=cancelled, one_token=one_token)
         if calibration.quantization == "8bit":
             loaded.model, loaded.dtype, loaded.quantization = models["int8"], torch.bfloat16, "8bit"
         elif calibration.dtype_label == "bf16":
@@ -204,21 +204,24 @@ COMPILE_HOPE = 1.25
 """How much more than the largest gain measured so far compiling might give another variant's step."""
 
 
-def _fastest_steps(models: dict[str, Any], cancelled: Callable[[], bool] | None) -> None:
+def _fastest_steps(models: dict[str, Any], cancelled: Callable[[], bool] | None) -> dict[str, float]:
     """:func:`fastest_step` for each variant (name -> model), from the fastest eager step on; a variant is
     not compiled (about 10 s each) when even :data:`COMPILE_HOPE` times the best compile gain measured
-    so far would leave its step slower than the fastest step so far."""
+    so far would leave its step slower than the fastest step so far. Returns each variant's 1-token
+    step seconds as it now runs."""
     eager = {}
     for name, model in models.items():
         choose_layout(model, cancelled)
         eager[name] = _one_token_seconds(model, cancelled)
-    fastest, gain = float("inf"), 1.0
+    fastest, gain, seconds = float("inf"), 1.0, dict(eager)
     for name in sorted(eager, key=eager.__getitem__):
         if not compiling_may_pay(eager[name], fastest, gain):
             log.info("%s: not compiled, its eager step (%.1f ms) could not overtake %.1f ms", name, 1000 * eager[name], 1000 * fastest)
             continue
-        seconds = _one_token_seconds(models[name], cancelled) if fastest_step(models[name], cancelled)[1] else eager[name]
-        gain, fastest = max(gain, eager[name] / seconds), min(fastest, seconds)
+        if fastest_step(models[name], cancelled)[1]:
+            seconds[name] = _one_token_seconds(models[name], cancelled)
+        gain, fastest = max(gain, eager[name] / seconds[name]), min(fastest, seconds[name])
+    return seconds
 
 
 def compiling_may_pay(eager_seconds: float, fastest_seconds: float, best_gain: float) -> bool:

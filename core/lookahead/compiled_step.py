@@ -447,8 +447,11 @@ def _compile(model: Any, spec: _LayerSpec, weights: tuple[torch.Tensor | None, .
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.pt2")
     try:
         # realize_acc_reads_threshold: store every operator's result that reads more than two tensors
-        # (the layer norms), so that the weight products read it instead of recomputing it per row
-        with torch.no_grad(), _quiet_torch(), inductor_config.patch(compile_threads=1, realize_acc_reads_threshold=2):
+        # (the layer norms), so that the weight products read it instead of recomputing it per row.
+        # No precompiled headers: building them (two, 140 MB each, in the system's temporary folder)
+        # made a first start 7 s longer, and they save a later compile less (packages are kept).
+        options = {"compile_threads": 1, "realize_acc_reads_threshold": 2, "aot_inductor.precompile_headers": False}
+        with torch.no_grad(), _quiet_torch(), inductor_config.patch(options):
             program = torch.export.export(_DecoderLayer(spec), inputs, dynamic_shapes=shapes)
             torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
         partial.replace(path)  # whole or not at all: another start never loads half a package

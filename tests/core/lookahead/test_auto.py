@@ -7,7 +7,7 @@ import torch
 
 from core.lookahead import Decoding, LookaheadConfig, lookahead_generate
 from core.lookahead.auto import (AutoChooser, Calibration, StepCostCurve, calibrate, calibrate_dtypes, choose_variant, grid,
-                                 predict)
+                                 may_be_chosen, predict)
 from tests.conftest import make_model, tiny_llama_config
 
 # Step cost curves as measured with measure_step_seconds on two 2-core machines: a CPU where a wide step
@@ -73,6 +73,19 @@ def test_int8_is_kept_only_where_it_speeds_up_auto() -> None:
     results = {"bf16": measured("bfloat16", cheap_one_row), "int8": measured("bfloat16", flatter_int8)}
     assert results["int8"].expected_rate >= 1.1 * results["bf16"].expected_rate
     assert choose_variant(results).variant == "bf16"
+
+
+def test_only_variants_that_might_be_chosen_get_a_curve() -> None:
+    # as measured here: int8 and bf16 compiled, fp32 eager; fp32 can be neither the cheapest float nor beat int8
+    assert may_be_chosen({"fp32": 0.0395, "bf16": 0.0112, "int8": 0.0063}) == {"bf16", "int8"}
+    assert may_be_chosen({"fp32": 0.021, "bf16": 0.020, "int8": 0.030}) == {"fp32", "bf16"}  # floats close: both measured
+    assert may_be_chosen({"fp32": 0.159, "bf16": 0.066}) == {"bf16"}
+    model = make_model(tiny_llama_config(96), seed=0)
+    one_token = {"fp32": 1.0, "bf16": 0.001}  # fp32 said to be far slower: its curve is not measured
+    chosen = calibrate_dtypes({"fp32": model, "bf16": make_model(tiny_llama_config(96), seed=0).to(torch.bfloat16)},
+                              one_token=one_token)
+    assert chosen.dtype == "bfloat16" and chosen.dtype_seconds["float32"] == 1.0  # reported from the step measured before
+    assert chosen.dtype_seconds["bfloat16"] == chosen.curve.seconds[0]
 
 
 def test_learned_tokens_per_step_replace_the_priors() -> None:
