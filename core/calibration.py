@@ -32,6 +32,7 @@ from core.lookahead.compiled_step import (
     why_not_compilable,
 )
 from core.lookahead.model_step import step_kind
+from core.lookahead.parallel_compile import compile_in_parallel
 from core.models.cpu_packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, choose_layout, layout_of, rows_copy_allowed, rows_copy_fits
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
@@ -213,8 +214,10 @@ def _fastest_steps(models: dict[str, Any], cancelled: Callable[[], bool] | None)
     for name, model in models.items():
         choose_layout(model, cancelled)
         eager[name] = _one_token_seconds(model, cancelled)
+    order = sorted(eager, key=eager.__getitem__)
+    compile_in_parallel([models[name] for name in order[:2]], cancelled)  # the first two compiles side by side
     fastest, gain, seconds = float("inf"), 1.0, dict(eager)
-    for name in sorted(eager, key=eager.__getitem__):
+    for name in order:
         if not compiling_may_pay(eager[name], fastest, gain):
             log.info("%s: not compiled, its eager step (%.1f ms) could not overtake %.1f ms", name, 1000 * eager[name], 1000 * fastest)
             continue

@@ -320,8 +320,9 @@ def calibrate_dtypes(models: dict[str, Any], progress: Callable[[float], None] |
                      cancelled: Callable[[], bool] | None = None, one_token: dict[str, float] | None = None) -> Calibration:
     """Calibrate the same model in several variants (name -> model) and keep one (:func:`choose_variant`).
 
-    ``one_token`` (name -> seconds of a 1-token step, measured already) spares the curves of the
-    variants :func:`choose_variant` could not keep (:func:`may_be_chosen`)."""
+    ``one_token`` (name -> seconds of a 1-token step, measured already) picks the float variant at
+    once, and spares the curves of the variants that could not be kept (:func:`may_be_chosen`); the
+    result's ``dtype_seconds`` then reports those steps."""
     start = time.perf_counter()
     measured = [name for name in models if one_token is None or name in may_be_chosen(one_token)]
     results: dict[str, Calibration] = {}
@@ -329,30 +330,22 @@ def calibrate_dtypes(models: dict[str, Any], progress: Callable[[float], None] |
         part = (lambda f, i=i: progress((i + f) / len(measured))) if progress is not None else None
         results[name] = calibrate(models[name], progress=part, cancelled=cancelled)
     chosen = choose_variant(results)
-    for name in set(models) - set(measured):  # reported, from the step measured before
-        chosen.dtype_seconds[_variant_dtype(models[name], name)] = one_token[name]  # type: ignore[index]
+    if one_token is not None:
+        chosen.dtype_seconds = {_variant_key(models[name], name): seconds for name, seconds in one_token.items()}
     chosen.seconds = time.perf_counter() - start
     return chosen
 
 
-VARIANT_NOISE = 1.15
-"""How much a 1-token step measured once (a few repeats) may be off the curve's: :func:`may_be_chosen`
-keeps the variants within it of a choice."""
-
-
 def may_be_chosen(one_token: dict[str, float]) -> set[str]:
-    """The variants (name -> 1-token step seconds) that :func:`choose_variant` might keep once their
-    curves are measured: floats whose step is within :data:`VARIANT_NOISE` of the cheapest float's, and
-    ``int8`` where its step might be :data:`INT8_MARGIN` cheaper than that."""
+    """The variants (name -> 1-token step seconds) that :func:`choose_variant` might keep: the float
+    one with the cheapest step, and ``int8`` where its step is :data:`INT8_MARGIN` cheaper still."""
     floats = {name: s for name, s in one_token.items() if name != "int8"}
-    cheapest = min(floats.values(), default=float("inf"))
-    kept = {name for name, s in floats.items() if s <= VARIANT_NOISE * cheapest}
-    if "int8" in one_token and one_token["int8"] * INT8_MARGIN <= VARIANT_NOISE * cheapest:
-        kept.add("int8")
-    return kept
+    cheapest = min(floats, key=floats.__getitem__)
+    plainly_faster = "int8" in one_token and one_token["int8"] * INT8_MARGIN <= floats[cheapest]
+    return {cheapest, "int8"} if plainly_faster else {cheapest}
 
 
-def _variant_dtype(model: Any, name: str) -> str:
+def _variant_key(model: Any, name: str) -> str:
     """The key :func:`choose_variant` reports a variant's step under: ``int8``, else its dtype."""
     return "int8" if name == "int8" else str(model.get_input_embeddings().weight.dtype).removeprefix("torch.")
 

@@ -5,7 +5,8 @@ the cache write, attention), each with its own dispatch; at a few milliseconds p
 for a 30-layer model, that is much of the step. Here the layer is a function of its input, its
 cache and its weights, exported for any cache length and compiled by AOTInductor into a package
 (a shared library) that every layer calls with its own weights. Compiling costs one layer's worth
-(about 10 s for the default model here); the package is kept in inductor's cache folder, keyed by
+(10-14 s for the default model here; calibration compiles two variants side by side,
+``core.lookahead.parallel_compile``); the package is kept in inductor's cache folder, keyed by
 what the code depends on (shapes, dtypes, threads, torch, the processor's vector instructions, the
 layer code's own version), so a later start loads it in milliseconds.
 
@@ -369,27 +370,50 @@ def compile_step(model: Any) -> str | None:
     reason = why_not_compilable(model)
     if reason is not None:
         return reason
-    fuse_projections(model)
-    weights, head = layer_weights(model), head_weights(model)
-    assert weights is not None and head is not None
-    import torch._inductor.config as inductor_config
-
     try:
-        # The vector instructions from the processor's flags: inductor's own probe compiles and loads a test
-        # program per instruction set (7.6 s at a first start here, 1.1 s later). A compiler that cannot
-        # build them fails the compile below, and the step stays eager.
-        with _quiet_torch(), inductor_config.patch({"cpp.vec_isa_ok": True}):
-            spec = _layer_spec(model, weights[0], head)
-            path = _package_dir() / f"layer-{spec.key}.pt2"
-            layer = (_load(path) if path.exists() else None) or _compile(model, spec, (*head, *weights[0]), path)
+        job = compile_job(model)
+        layer = (_load(job.path) if job.path.exists() else None) or compile_package(job)
+        weights, head = layer_weights(model), head_weights(model)
+        assert weights is not None and head is not None
         with torch.inference_mode():
             layer([*_scratch_inputs(model), *_present(_head_stand_in(head)), *_present(weights[0])])
     except Exception as err:  # noqa: BLE001 - inductor raises many kinds (no compiler, no headers); eager still answers
         log.warning("the decoding step stays eager: compiling it failed: %s", err)
         first_line = (str(err).strip().splitlines() or [""])[0][:200]
         return f"compiling failed: {type(err).__name__}: {first_line}"
-    _COMPILED[model] = spec, layer
+    _COMPILED[model] = job.spec, layer
     return None
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """What compiling a model's layer takes: what the code depends on, example inputs (the scratch
+    buffers, the head's and the first layer's tensors) and the package's path."""
+
+    spec: _LayerSpec
+    inputs: tuple[torch.Tensor | None, ...]
+    path: Path
+
+
+def compile_job(model: Any) -> CompileJob:
+    """The compile job of a model :func:`why_not_compilable` accepts (its projections joined first)."""
+    fuse_projections(model)
+    weights, head = layer_weights(model), head_weights(model)
+    assert weights is not None and head is not None
+    with _vector_isa_from_flags():
+        spec = _layer_spec(model, weights[0], head)
+    return CompileJob(spec, (*_scratch_inputs(model), *head, *weights[0]), _package_dir() / f"layer-{spec.key}.pt2")
+
+
+@contextmanager
+def _vector_isa_from_flags() -> Iterator[None]:
+    """The vector instructions from the processor's flags: inductor's own probe compiles and loads a test
+    program per instruction set (7.6 s at a first start here, 1.1 s later). A compiler that cannot
+    build them fails the compile, and the step stays eager."""
+    import torch._inductor.config as inductor_config
+
+    with _quiet_torch(), inductor_config.patch({"cpp.vec_isa_ok": True}):
+        yield
 
 
 def _package_dir() -> Path:
@@ -430,8 +454,8 @@ def _load(path: Path) -> LayerRunner | None:
         return None
 
 
-def _compile(model: Any, spec: _LayerSpec, weights: tuple[torch.Tensor | None, ...], path: Path) -> LayerRunner:
-    """Export the layer for any cache length and compile it ahead of time (AOTInductor) into ``path``.
+def compile_package(job: CompileJob) -> LayerRunner:
+    """Export the layer for any cache length and compile it ahead of time (AOTInductor) into ``job.path``.
 
     Ahead-of-time code runs without dynamo's guards and Python wrapper: a fifth less time per layer
     than ``torch.compile`` of the same function here. Compiling runs in this process (no worker
@@ -439,10 +463,10 @@ def _compile(model: Any, spec: _LayerSpec, weights: tuple[torch.Tensor | None, .
     import torch._inductor.config as inductor_config
     from torch.export import Dim
 
-    inputs = (*_scratch_inputs(model), *weights)  # weights: the head's, then the layer's
+    inputs, path = job.inputs, job.path
     length, vocabulary = Dim("length", min=2, max=1 << 20), Dim("vocabulary", min=HEAD_STAND_IN_ROWS, max=1 << 24)
-    head = (None, *({0: vocabulary} if t is not None else None for t in weights[1:4]))  # any number of head rows
-    shapes = (None, None, None, {0: length}, {0: length}, *head, (None,) * (len(weights) - 4))  # the last: *tensors
+    head = (None, *({0: vocabulary} if t is not None else None for t in inputs[6:9]))  # any number of head rows
+    shapes = (None, None, None, {0: length}, {0: length}, *head, (None,) * (len(inputs) - 9))  # the last: *tensors
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.pt2")
     try:
@@ -451,8 +475,8 @@ def _compile(model: Any, spec: _LayerSpec, weights: tuple[torch.Tensor | None, .
         # No precompiled headers: building them (two, 140 MB each, in the system's temporary folder)
         # made a first start 7 s longer, and they save a later compile less (packages are kept).
         options = {"compile_threads": 1, "realize_acc_reads_threshold": 2, "aot_inductor.precompile_headers": False}
-        with torch.no_grad(), _quiet_torch(), inductor_config.patch(options):
-            program = torch.export.export(_DecoderLayer(spec), inputs, dynamic_shapes=shapes)
+        with torch.no_grad(), _vector_isa_from_flags(), inductor_config.patch(options):
+            program = torch.export.export(_DecoderLayer(job.spec), inputs, dynamic_shapes=shapes)
             torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
         partial.replace(path)  # whole or not at all: another start never loads half a package
     finally:

@@ -6,11 +6,13 @@
 # 1. installs it (apt-get resolves the declared dependencies; dpkg -i where apt-get is missing),
 # 2. runs `lookahead-chat --self-test` with QT_QPA_PLATFORM=offscreen (fetches the default model
 #    into the user's cache first if it is not there),
-# 3. opens the window under Xvfb for a few seconds when xvfb-run is installed, with a screenshot in
+# 3. calibrates from empty data and compile caches (`ask -v`) and checks that the compiling
+#    child processes (the app itself) did not fail,
+# 4. opens the window under Xvfb for a few seconds when xvfb-run is installed, with a screenshot in
 #    dist/package-test-window.png when ImageMagick's `import` is there too,
-# 4. purges the package and checks that /opt/lookahead-chat is gone and that the user's data folder
+# 5. purges the package and checks that /opt/lookahead-chat is gone and that the user's data folder
 #    (~/.local/share/lookahead-chat) is as it was.
-# KEEP_INSTALLED=1 skips step 4.  Needs root or sudo.
+# KEEP_INSTALLED=1 skips step 5.  Needs root or sudo.
 set -euo pipefail
 
 deb=$(realpath "${1:?path of the .deb}")
@@ -34,6 +36,18 @@ command -v "$name" >/dev/null || { echo "FAIL: $name is not on the PATH after in
 
 step "self-test of the installed app"
 QT_QPA_PLATFORM=offscreen "$name" --self-test
+
+step "first-start calibration of the installed app (empty data and compile caches)"
+# Calibration compiles two variants' decoding steps side by side, each in a child process that is
+# the app itself (`lookahead-chat _compile-step JOB`): the children must compile, not fall back.
+scratch=$(mktemp -d)
+log="$scratch/ask.log"
+LOOKAHEAD_CHAT_HOME="$scratch/home" TORCHINDUCTOR_CACHE_DIR="$scratch/inductor" \
+    "$name" -v ask --mode auto --max-new-tokens 16 --stats "Say hello." >"$scratch/answer.txt" 2>"$log" \
+    || { tail -20 "$log" >&2; echo "FAIL: ask from empty caches failed" >&2; exit 1; }
+grep -E "compiled side by side|calibration [0-9.]+ s" "$log" || true
+if grep -q "in a child process failed" "$log"; then grep "in a child process failed" "$log" >&2; echo "FAIL: a compiling child failed" >&2; exit 1; fi
+rm -rf "$scratch"
 
 if command -v xvfb-run >/dev/null 2>&1; then
     step "window smoke test under Xvfb"
