@@ -207,9 +207,10 @@ COMPILE_HOPE = 1.25
 
 def _fastest_steps(models: dict[str, Any], cancelled: Callable[[], bool] | None) -> dict[str, float]:
     """:func:`fastest_step` for each variant (name -> model), from the fastest eager step on; a variant is
-    not compiled (about 10 s each) when even :data:`COMPILE_HOPE` times the best compile gain measured
-    so far would leave its step slower than the fastest step so far. Returns each variant's 1-token
-    step seconds as it now runs."""
+    not compiled (10-14 s each) when even :data:`COMPILE_HOPE` times the best compile gain measured
+    so far would leave its step slower than the fastest step so far. The two with the fastest eager
+    steps are compiled side by side first (:func:`compile_in_parallel`). Returns each variant's
+    1-token step seconds as it now runs."""
     eager = {}
     for name, model in models.items():
         choose_layout(model, cancelled)
