@@ -152,6 +152,7 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
     start = time.perf_counter()
     cancelled = (lambda: cancel.cancelled) if cancel is not None else None
     report = lambda fraction: progress(STAGE, min(fraction, 0.99))  # noqa: E731
+    report(0.0)  # the compiles come first: the status bar says what the wait is for at once
     tries_dtypes = loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none"
     if tries_dtypes and loaded.dtype == torch.float32:
         calibration = _measure_variants(loaded, report, cancelled)
@@ -169,8 +170,10 @@ def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], canc
     if loaded.requested_quantization == "auto":
         models["int8"] = int8_copy(loaded.model)
     try:
-        one_token = _fastest_steps(models, cancelled)  # after the copies are made: packing replaces the float layers
-        calibration = calibrate_dtypes(models, progress=report, cancelled=cancelled, one_token=one_token)
+        # after the copies are made: packing replaces the float layers
+        one_token = _fastest_steps(models, cancelled, lambda fraction: report(STEPS_SHARE * fraction))
+        calibration = calibrate_dtypes(models, progress=lambda fraction: report(STEPS_SHARE + (1 - STEPS_SHARE) * fraction),
+                                       cancelled=cancelled, one_token=one_token)
         if calibration.quantization == "8bit":
             loaded.model, loaded.dtype, loaded.quantization = models["int8"], torch.bfloat16, "8bit"
         elif calibration.dtype_label == "bf16":
@@ -205,20 +208,28 @@ COMPILE_HOPE = 1.25
 """How much more than the largest gain measured so far compiling might give another variant's step."""
 
 
-def _fastest_steps(models: dict[str, Any], cancelled: Callable[[], bool] | None) -> dict[str, float]:
+STEPS_SHARE = 0.9
+"""The part of the progress bar for the variants' layouts and compiled steps (the curves take the rest)."""
+
+
+def _fastest_steps(models: dict[str, Any], cancelled: Callable[[], bool] | None,
+                   progress: Callable[[float], None] = lambda fraction: None) -> dict[str, float]:
     """:func:`fastest_step` for each variant (name -> model), from the fastest eager step on; a variant is
     not compiled (10-14 s each) when even :data:`COMPILE_HOPE` times the best compile gain measured
     so far would leave its step slower than the fastest step so far. The two with the fastest eager
     steps are compiled side by side first (:func:`compile_in_parallel`). Returns each variant's
     1-token step seconds as it now runs."""
     eager = {}
-    for name, model in models.items():
+    for i, (name, model) in enumerate(models.items()):
         choose_layout(model, cancelled)
         eager[name] = _one_token_seconds(model, cancelled)
+        progress(0.15 * (i + 1) / len(models))
     order = sorted(eager, key=eager.__getitem__)
-    compile_in_parallel([models[name] for name in order[:2]], cancelled)  # the first two compiles side by side
+    # the first two compiles side by side (most of the wait)
+    compile_in_parallel([models[name] for name in order[:2]], cancelled, lambda fraction: progress(0.15 + 0.7 * fraction))
     fastest, gain, seconds = float("inf"), 1.0, dict(eager)
-    for name in order:
+    for i, name in enumerate(order):
+        progress(0.85 + 0.15 * i / len(order))
         if not compiling_may_pay(eager[name], fastest, gain):
             log.info("%s: not compiled, its eager step (%.1f ms) could not overtake %.1f ms", name, 1000 * eager[name], 1000 * fastest)
             continue

@@ -12,6 +12,7 @@ did not leave (a child that failed, or could not start).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -28,15 +29,20 @@ from core.lookahead.compiled_step import CompileJob, compile_job, compile_packag
 
 log = logging.getLogger(__name__)
 
+EXPECTED_SECONDS = 12.0
+"""The time scale of the progress reported while the children compile (the default model's took 17-20 s here)."""
+
 CHILD_COMMAND = "_compile-step"
 """The frozen app's first argument that makes it a compiling child (see ``app.cli``)."""
 
 
-def compile_in_parallel(models: Sequence[Any], cancelled: Callable[[], bool] | None = None) -> None:
+def compile_in_parallel(models: Sequence[Any], cancelled: Callable[[], bool] | None = None,
+                        progress: Callable[[float], None] | None = None) -> None:
     """Compile the step packages of ``models`` that are not in the cache yet, each in a child process,
     all at once; returns when every child has ended. Does nothing for fewer than two packages or on a
     single core (the first compile in this process is as quick then). Raises
     :class:`~core.lookahead.auto.Cancelled` (the children stopped) when ``cancelled`` says so.
+    ``progress`` hears a fraction that grows with the time waited (:data:`EXPECTED_SECONDS`), then 1.
     """
     from torch._inductor.cpp_builder import get_cpp_compiler
 
@@ -60,6 +66,8 @@ def compile_in_parallel(models: Sequence[Any], cancelled: Callable[[], bool] | N
             while any(child.poll() is None for child, _ in children):
                 if cancelled is not None and cancelled():
                     raise Cancelled
+                if progress is not None:
+                    progress(1 - math.exp(-(time.perf_counter() - start) / EXPECTED_SECONDS))
                 time.sleep(0.05)
         except OSError as err:  # no room for the job files, or no child started: compile_step compiles here
             log.warning("step packages not compiled side by side: %s", err)
@@ -70,6 +78,8 @@ def compile_in_parallel(models: Sequence[Any], cancelled: Callable[[], bool] | N
             if child.returncode not in (0, None):
                 last = (errors.read_text(encoding="utf-8", errors="replace").strip().splitlines() or [""])[-1]
                 log.warning("compiling %s in a child process failed (exit %s): %s", job.path.name, child.returncode, last)
+    if progress is not None:
+        progress(1.0)
     log.info("%d step packages compiled side by side in %.1f s", len(missing), time.perf_counter() - start)
 
 

@@ -46,7 +46,10 @@ def test_cpu_dtype_auto_keeps_the_dtype_whose_plain_step_is_faster(tiny_model_fo
     options = LoadOptions(device="cpu", quantization="none")
     loaded = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
     assert loaded.dtype == torch.float32 and loaded.requested_dtype == "auto"
-    calibration = cal.ensure_calibrated(loaded, app_paths)
+    fractions: list[float] = []
+    calibration = cal.ensure_calibrated(loaded, app_paths, lambda stage, f: fractions.append(f) if stage == cal.STAGE else None)
+    assert fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions)  # the bar moves on, never back
+    assert len(set(fractions)) > 5
     assert set(calibration.dtype_seconds) == {"float32", "bfloat16"}
     faster = min(calibration.dtype_seconds, key=calibration.dtype_seconds.get)
     assert str(loaded.dtype) == f"torch.{faster}" == f"torch.{calibration.dtype}"
