@@ -30,13 +30,18 @@ def one_line_errors(command: Command) -> Command:
         try:
             return command(args, paths)
         except Exception as err:
-            if _StderrLine.open:
-                sys.stderr.write("\n")
-                _StderrLine.open = False
+            _end_progress_line()
             print(f"error: {describe_failure(err, 'The command').message}", file=sys.stderr)
             return 1
 
     return run
+
+
+def _end_progress_line() -> None:
+    """End a progress line left open (a stage that failed or stopped short of 100%)."""
+    if _StderrLine.open:
+        sys.stderr.write("\n")
+        _StderrLine.open = False
 
 
 def _progress_printer(label: str = ""):
@@ -130,6 +135,7 @@ def ask(args: argparse.Namespace, paths: AppPaths) -> int:
 
     settings, loaded = load_from_args(args, paths)
     auto_reason = calibrate_or_plain(loaded, paths.ensure(), _progress_printer())
+    _end_progress_line()  # a failed measurement stops short of 100%
     mode = args.mode or settings.mode
     messages = [Message("system", settings.system_prompt), Message("user", args.prompt)] if settings.system_prompt else [Message("user", args.prompt)]
     plan = decoding_plan(mode, settings.lookahead, loaded)
@@ -181,7 +187,9 @@ def serve(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.server.service import LocalServer, ServerStartError
 
     settings, loaded = load_from_args(args, paths)
-    print(calibrate_or_plain(loaded, paths.ensure(), _progress_printer()), file=sys.stderr)
+    reason = calibrate_or_plain(loaded, paths.ensure(), _progress_printer())
+    _end_progress_line()
+    print(reason, file=sys.stderr)
     wanted = {"port": args.port, "api_key": os.environ.get(API_KEY_VARIABLE) if args.api_key is None else args.api_key,
               "max_tokens": args.max_tokens}
     config = replace(ServerConfig.from_settings(replace(settings.server, allow_network=args.allow_network or settings.server.allow_network)),
