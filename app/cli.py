@@ -33,7 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pip._internal.cli.main import main as pip_main
 
         return int(pip_main(argv[1:]) or 0)
-    if argv[:1] == ["_compile-step"]:  # the frozen app compiling a decoding step for calibration, as a child
+    if argv[:1] == ["_compile-step"]:  # parallel_compile.CHILD_COMMAND (not imported: it imports torch): the
+        # frozen app compiling a decoding step for calibration, as a child
         from core.lookahead.parallel_compile import child_main
 
         return child_main(argv[1:])

@@ -73,3 +73,17 @@ def test_nothing_to_do_for_a_single_package(tmp_path, monkeypatch) -> None:
     assert compile_job(model).path == compile_job(same_shapes).path
     compile_in_parallel([model, same_shapes])  # one package for both: one compile, left to compile_step
     assert not compile_job(model).path.exists()
+
+
+def test_the_app_command_line_runs_a_child(tmp_path, monkeypatch) -> None:
+    """What the frozen app's children run: ``lookahead-chat _compile-step JOB``."""
+    import torch
+
+    from app.cli import main
+    from core.lookahead.parallel_compile import CHILD_COMMAND
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    job = compile_job(make_model(tiny_llama_config(96), seed=14))
+    torch.save(job, tmp_path / "job.pt")
+    assert main([CHILD_COMMAND, str(tmp_path / "job.pt")]) == 0
+    assert job.path.is_file()
