@@ -324,7 +324,8 @@ def calibrate_dtypes(models: dict[str, Any], progress: Callable[[float], None] |
     once, and spares the curves of the variants that could not be kept (:func:`may_be_chosen`); the
     result's ``dtype_seconds`` then reports those steps."""
     start = time.perf_counter()
-    measured = [name for name in models if one_token is None or name in may_be_chosen(one_token)]
+    kept = set(models) if one_token is None else may_be_chosen(one_token)
+    measured = [name for name in models if name in kept]
     results: dict[str, Calibration] = {}
     for i, name in enumerate(measured):
         part = (lambda f, i=i: progress((i + f) / len(measured))) if progress is not None else None
