@@ -240,9 +240,10 @@ def bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from core.bench.report import markdown_table, report_json, summarize
     from core.bench.runner import AUTO, PLAIN_LOOP, REFERENCE, BenchRunner, Method
     from core.bench.suites import load_suite
-    from core.calibration import fastest_step, int8_copy
+    from core.calibration import fastest_step
     from core.lookahead.auto import AutoChooser, calibrate, calibrate_dtypes
     from core.lookahead.compiled_step import set_compile_cache
+    from core.models.variants import int8_copy
 
     try:
         suites = [load_suite(name.strip(), args.limit) for name in args.suites.split(",") if name.strip()]

@@ -31,6 +31,16 @@ def test_int8_layer_is_the_dequantized_matmul(bias: bool) -> None:
         torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_int8_quantizes_in_blocks_of_rows_as_it_would_whole(monkeypatch) -> None:
+    from core.models import cpu_quant
+
+    linear = _linear(96, 64)
+    whole = Int8WeightLinear.from_linear(linear)
+    monkeypatch.setattr(cpu_quant, "QUANTIZE_BLOCK_ELEMENTS", 7 * 64)  # 7 rows a block: 13 blocks, then 5 rows
+    blocked = Int8WeightLinear.from_linear(linear)
+    assert torch.equal(blocked.qweight, whole.qweight) and torch.equal(blocked.scales, whole.scales)
+
+
 def test_int4_layer_is_the_dequantized_matmul() -> None:
     linear = _linear(96, 128)
     layer = Int4WeightLinear.from_linear(linear, 32)
