@@ -27,12 +27,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.models.device import system_memory
+
 log = logging.getLogger(__name__)
 
 PLAIN, PACKED, PACKED_ROWS = "plain", "packed", "packed+rows"
 LAYOUTS = (PLAIN, PACKED, PACKED_ROWS)
 LAYOUT_MARGIN = 1.03  # a layout must make the measured steps this much cheaper to replace the one before it
 ROWS_COPY_LIMIT_BYTES = 2 * 1024**3  # the extra plain copy of ``packed+rows`` is offered up to this many weight bytes
+ROWS_COPY_MEMORY_MARGIN = 1.25  # ... and where the free memory holds this many times its bytes
 _MEASURED_PLAIN = "_lookahead_chat_plain_layout_measured"  # model attribute: the dtype for which plain won
 
 
@@ -191,7 +194,8 @@ def rows_copy_allowed(model: nn.Module) -> bool:
 
 
 def rows_copy_fits(model: nn.Module) -> bool:
-    """The float weights are small enough (:data:`ROWS_COPY_LIMIT_BYTES`) to keep a second, plain copy.
+    """The float weights are small enough (:data:`ROWS_COPY_LIMIT_BYTES`) to keep a second, plain copy,
+    and the free memory has room for it.
 
     In fp32 that copy serves only the compiled 1-token step (``core.lookahead.compiled_step``), whose
     own products read plain rows; eager one-row products stay on the packed weights there."""
@@ -199,7 +203,9 @@ def rows_copy_fits(model: nn.Module) -> bool:
     dtype = _float_dtype(model)
     if dtype is None:
         return False
-    return sum(m.in_features * m.out_features for m in linears) * torch.finfo(dtype).bits // 8 <= ROWS_COPY_LIMIT_BYTES
+    copy_bytes = sum(m.in_features * m.out_features for m in linears) * torch.finfo(dtype).bits // 8
+    memory = system_memory()
+    return copy_bytes <= ROWS_COPY_LIMIT_BYTES and (memory is None or ROWS_COPY_MEMORY_MARGIN * copy_bytes <= memory.available)
 
 
 def _float_dtype(model: nn.Module) -> torch.dtype | None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -14,6 +17,10 @@ NAME_BY_DTYPE: dict[torch.dtype, str] = {v: k for k, v in DTYPE_BY_NAME.items()}
 # dtype auto on the CPU loads fp32 (exact, and convertible); Auto's calibration (core.calibration)
 # then keeps it or converts to bf16, whichever decodes faster on this machine.
 CPU_DEFAULT_DTYPE = "fp32"
+FP32_MEMORY_SHARE = 0.4
+"""dtype auto on the CPU loads fp32 weights only where they take at most this share of the computer's
+memory: calibration adds bf16 and int8 copies (a half and about a quarter as much again). A bigger model
+loads in bf16, which also decodes faster wherever memory bounds the step."""
 
 
 @dataclass(frozen=True)
@@ -59,4 +66,49 @@ def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
         return DTYPE_BY_NAME[requested]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return DTYPE_BY_NAME[CPU_DEFAULT_DTYPE]
+
+
+@dataclass(frozen=True)
+class SystemMemory:
+    """The computer's memory, in bytes: all of it, and what can be taken now without swapping."""
+
+    total: int
+    available: int
+
+
+def system_memory() -> SystemMemory | None:
+    """The computer's memory now; ``None`` where it cannot be read (neither Linux nor Windows)."""
+    if sys.platform == "win32":
+        return _windows_memory()
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        for line in Path("/proc/meminfo").read_text(encoding="ascii").splitlines():
+            if line.startswith("MemAvailable:"):
+                return SystemMemory(total, int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _windows_memory() -> SystemMemory | None:
+    import ctypes
+
+    class MemoryStatus(ctypes.Structure):
+        _fields_ = [("length", ctypes.c_ulong), ("load", ctypes.c_ulong), ("total", ctypes.c_ulonglong),
+                    ("available", ctypes.c_ulonglong), ("total_page", ctypes.c_ulonglong),
+                    ("available_page", ctypes.c_ulonglong), ("total_virtual", ctypes.c_ulonglong),
+                    ("available_virtual", ctypes.c_ulonglong), ("available_extended", ctypes.c_ulonglong)]
+
+    status = MemoryStatus(length=ctypes.sizeof(MemoryStatus))
+    if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
+        return None
+    return SystemMemory(status.total, status.available)
+
+
+def cpu_auto_dtype(parameters: int, memory: SystemMemory | None) -> torch.dtype:
+    """What dtype auto loads on the CPU: fp32, or bf16 for a model whose fp32 weights would take more
+    than :data:`FP32_MEMORY_SHARE` of the computer's memory (fp32 where the memory is unknown)."""
+    if memory is not None and 4 * parameters > FP32_MEMORY_SHARE * memory.total:
+        return torch.bfloat16
     return DTYPE_BY_NAME[CPU_DEFAULT_DTYPE]

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from core.models.default_model import fetch_default_model
-from core.models.device import DeviceInfo, describe_device, resolve_device, resolve_dtype
+from core.models.device import DeviceInfo, cpu_auto_dtype, describe_device, resolve_device, resolve_dtype, system_memory
 from core.models.errors import (
     CorruptModelError,
     LoadCancelledError,
@@ -85,8 +85,9 @@ def load_model(
     parameters = _count_parameters(config)
     quantization = _resolve_quantization(options.quantization, device, parameters)
     dtype = resolve_dtype(options.dtype, device)
-    if device.type == "cpu" and quantization != "none" and options.dtype == "auto":
-        dtype = torch.bfloat16  # the CPU int8/int4 kernels are several times faster with bf16 activations
+    if device.type == "cpu" and options.dtype == "auto":
+        # the CPU int8/int4 kernels are several times faster with bf16 activations
+        dtype = torch.bfloat16 if quantization != "none" else cpu_auto_dtype(parameters, system_memory())
     _check(cancel)
     progress("Loading the tokenizer", 0.5)
     tokenizer = _load_tokenizer(folder)

@@ -102,6 +102,19 @@ def test_the_plain_row_copy_is_offered_for_small_half_precision_models_only() ->
     assert rows_copy_allowed(model.to(torch.bfloat16))
 
 
+def test_no_plain_row_copy_without_the_free_memory_for_it(monkeypatch) -> None:
+    from core.models import cpu_packed
+    from core.models.device import SystemMemory
+
+    model = make_model(tiny_llama_config(256)).to(torch.bfloat16)
+    weights = sum(m.weight.numel() * 2 for m in model.modules() if isinstance(m, nn.Linear))
+    room = int(cpu_packed.ROWS_COPY_MEMORY_MARGIN * weights)
+    monkeypatch.setattr(cpu_packed, "system_memory", lambda: SystemMemory(total=10**12, available=room))
+    assert rows_copy_allowed(model)
+    monkeypatch.setattr(cpu_packed, "system_memory", lambda: SystemMemory(total=10**12, available=room - 1))
+    assert not rows_copy_allowed(model) and not rows_copy_fits(model)
+
+
 def _decode(model: nn.Module, prompt: list[int], config: LookaheadConfig | None = None, tokens: int = 48) -> Decoding:
     decoding = Decoding(model, prompt, lookahead=config, max_new_tokens=tokens)
     list(decoding)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.models.device import DeviceInfo, describe_device, resolve_device, resolve_dtype
+from core.models.device import FP32_MEMORY_SHARE, DeviceInfo, SystemMemory, cpu_auto_dtype, describe_device, resolve_device, resolve_dtype, system_memory
 from core.models.loader import FOUR_BIT_THRESHOLD, _resolve_quantization
 
 
@@ -17,6 +17,19 @@ def test_cpu_device_and_dtypes() -> None:
     assert describe_device(cpu) == DeviceInfo("cpu", "CPU")
     if not torch.cuda.is_available():
         assert resolve_device("auto") == cpu
+
+
+def test_cpu_dtype_auto_is_bf16_for_a_model_whose_fp32_weights_would_crowd_the_memory() -> None:
+    memory = SystemMemory(total=16 * 10**9, available=10 * 10**9)
+    fits = int(FP32_MEMORY_SHARE * memory.total / 4)  # parameters
+    assert cpu_auto_dtype(fits, memory) == torch.float32
+    assert cpu_auto_dtype(fits + 1, memory) == torch.bfloat16
+    assert cpu_auto_dtype(10 * fits, None) == torch.float32  # memory unknown: as before
+
+
+def test_this_computers_memory_is_read() -> None:
+    memory = system_memory()
+    assert memory is not None and 0 < memory.available <= memory.total  # Linux here (and in CI)
 
 
 def test_gpu_label() -> None:
