@@ -10,7 +10,6 @@ own figures.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -34,7 +33,9 @@ from core.lookahead.compiled_step import (
 from core.lookahead.model_step import step_kind
 from core.lookahead.parallel_compile import compile_in_parallel
 from core.models.cpu_packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, choose_layout, layout_of, rows_copy_allowed, rows_copy_fits
+from core.models.device import system_memory
 from core.models.loader import LoadedModel
+from core.models.variants import bf16_copy, int8_copy, variant_bytes
 from core.paths import AppPaths
 from core.progress import CancelToken, ProgressCallback, no_progress
 
@@ -154,7 +155,7 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
     report = lambda fraction: progress(STAGE, min(fraction, 0.99))  # noqa: E731
     report(0.0)  # the compiles come first: the status bar says what the wait is for at once
     tries_dtypes = loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none"
-    if tries_dtypes and loaded.dtype == torch.float32:
+    if tries_dtypes and loaded.dtype in (torch.float32, torch.bfloat16):
         calibration = _measure_variants(loaded, report, cancelled)
     else:
         layout, compiled = fastest_step(loaded.model, cancelled)
@@ -165,10 +166,19 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
 
 
 def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], cancelled: Callable[[], bool] | None) -> Calibration:
-    """fp32, bf16 and (quantization auto) int8 weights, each in its faster layout and step; keep the fastest."""
-    models = {"fp32": loaded.model, "bf16": copy.deepcopy(loaded.model).to(torch.bfloat16)}
-    if loaded.requested_quantization == "auto":
-        models["int8"] = int8_copy(loaded.model)
+    """The model as loaded (fp32 or bf16), bf16 and (quantization auto) int8 weights, each in its faster
+    layout and step; keep the fastest. Copies that would not fit in the free memory are not tried."""
+    models = {"fp32" if loaded.dtype == torch.float32 else "bf16": loaded.model}
+    wanted = (["bf16"] if loaded.dtype == torch.float32 else []) + (["int8"] if loaded.requested_quantization == "auto" else [])
+    memory = system_memory()
+    room = memory.available if memory is not None else None
+    for name in wanted:
+        needed = int(COPY_MEMORY_MARGIN * variant_bytes(loaded.model, name))
+        if room is not None and needed > room:
+            log.warning("%s weights not tried: they need %.1f GB, and %.1f GB of memory is free", name, needed / 1e9, room / 1e9)
+            continue
+        models[name] = (bf16_copy if name == "bf16" else int8_copy)(loaded.model)
+        room = None if room is None else room - needed
     try:
         # after the copies are made: packing replaces the float layers
         one_token = _fastest_steps(models, cancelled, lambda fraction: report(STEPS_SHARE * fraction))
@@ -195,7 +205,7 @@ def fastest_step(model: Any, cancelled: Callable[[], bool] | None = None) -> tup
     layout = choose_layout(model, cancelled)
     if model.device.type != "cpu":
         return layout, False
-    if layout == PACKED and why_not_compilable(model, weights=False) is None and rows_copy_fits(model):
+    if _compiles_on_a_rows_copy(model):
         apply_layout(model, PACKED_ROWS)
         if choose_compiled_step(model, cancelled):
             return PACKED_ROWS, True
@@ -204,8 +214,18 @@ def fastest_step(model: Any, cancelled: Callable[[], bool] | None = None) -> tup
     return layout, choose_compiled_step(model, cancelled)
 
 
+def _compiles_on_a_rows_copy(model: Any) -> bool:
+    """Packed weights whose compiled step :func:`fastest_step` tries on a plain copy of them (``packed+rows``)."""
+    return layout_of(model) == PACKED and why_not_compilable(model, weights=False) is None and rows_copy_fits(model)
+
+
 COMPILE_HOPE = 1.25
 """How much more than the largest gain measured so far compiling might give another variant's step."""
+
+
+COPY_MEMORY_MARGIN = 1.25
+"""Free memory a variant's copy must leave room for, over its weights' bytes: the temporaries of
+quantizing and of the weight layouts, and the steps' own memory."""
 
 
 STEPS_SHARE = 0.9
@@ -225,8 +245,17 @@ def _fastest_steps(models: dict[str, Any], cancelled: Callable[[], bool] | None,
         eager[name] = _one_token_seconds(model, cancelled)
         progress(0.15 * (i + 1) / len(models))
     order = sorted(eager, key=eager.__getitem__)
-    # the first two compiles side by side (most of the wait)
-    compile_in_parallel([models[name] for name in order[:2]], cancelled, lambda fraction: progress(0.15 + 0.7 * fraction))
+    # the first two compiles side by side (most of the wait); packed weights get their plain copy for it, as in
+    # fastest_step, which makes it again (cheap) and keeps it only if the compiled step is kept
+    first = [models[name] for name in order[:2]]
+    packed = [model for model in first if _compiles_on_a_rows_copy(model)]
+    for model in packed:
+        apply_layout(model, PACKED_ROWS)
+    try:
+        compile_in_parallel(first, cancelled, lambda fraction: progress(0.15 + 0.7 * fraction))
+    finally:
+        for model in packed:
+            apply_layout(model, PACKED)
     fastest, gain, seconds = float("inf"), 1.0, dict(eager)
     for i, name in enumerate(order):
         progress(0.85 + 0.15 * i / len(order))
@@ -249,21 +278,13 @@ def _one_token_seconds(model: Any, cancelled: Callable[[], bool] | None) -> floa
     return measure_step_seconds(model, (1,), context=128, repeats=3, cancelled=cancelled)[0]
 
 
-def int8_copy(model: Any) -> Any:
-    """The model with int8 weights and bf16 activations (what ``8bit`` means on the CPU)."""
-    from core.models.cpu_quant import quantize_model
-
-    copied = copy.deepcopy(model)
-    quantize_model(copied, 8)
-    return copied.to(torch.bfloat16)
-
-
 def _convert(loaded: LoadedModel, dtype_name: str, quantization: str, layout: str) -> None:
     """Put the model in the dtype, int8 weights and weight layout a cached calibration chose (CPU)."""
     if quantization == "8bit" and loaded.quantization == "none":
         loaded.model, loaded.dtype, loaded.quantization = int8_copy(loaded.model), torch.bfloat16, "8bit"
     dtype = getattr(torch, dtype_name, None)
-    if isinstance(dtype, torch.dtype) and dtype != loaded.dtype and loaded.quantization == "none":
+    widens = dtype == torch.float32 and loaded.dtype != torch.float32  # the loader chose the narrower one to leave memory
+    if isinstance(dtype, torch.dtype) and dtype != loaded.dtype and loaded.quantization == "none" and not widens:
         loaded.model = loaded.model.to(dtype)
         loaded.dtype = dtype
     if layout != PLAIN and loaded.device.type == "cpu":

@@ -78,6 +78,34 @@ def test_cpu_quantization_auto_takes_int8_only_when_clearly_faster(tiny_model_fo
     assert (again.quantization, again.dtype) == (loaded.quantization, loaded.dtype)
 
 
+def test_copies_that_would_not_fit_in_the_free_memory_are_not_tried(tiny_model_folder, app_paths, monkeypatch) -> None:
+    from core.models.device import SystemMemory
+
+    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
+    needed = {name: int(cal.COPY_MEMORY_MARGIN * cal.variant_bytes(loaded.model, name)) for name in ("bf16", "int8")}
+    smaller = min(needed, key=needed.__getitem__)
+    monkeypatch.setattr(cal, "system_memory", lambda: SystemMemory(total=10**12, available=needed[smaller]))
+    calibration = cal.ensure_calibrated(loaded, app_paths)
+    assert set(calibration.dtype_seconds) == {"float32", {"bf16": "bfloat16", "int8": "int8"}[smaller]}
+
+
+def test_a_model_loaded_in_bf16_to_leave_memory_tries_int8_but_never_widens_to_fp32(tiny_model_folder, app_paths, monkeypatch) -> None:
+    from core.models import loader
+    from core.models.device import SystemMemory
+
+    monkeypatch.setattr(loader, "system_memory", lambda: SystemMemory(total=1000, available=1000))  # any model is too big for fp32
+    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
+    assert loaded.dtype == torch.bfloat16 and loaded.quantization == "none"
+    calibration = cal.ensure_calibrated(loaded, app_paths)
+    assert set(calibration.dtype_seconds) == {"bfloat16", "int8"} and loaded.dtype == torch.bfloat16
+    stored = json.loads(cal.calibration_path(app_paths, loaded).read_text())
+    stored["calibration"].update(dtype="float32", quantization="none")  # as a calibration made with more memory might say
+    cal.calibration_path(app_paths, loaded).write_text(json.dumps(stored))
+    again = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
+    cal.ensure_calibrated(again, app_paths, _fail_if_measuring)
+    assert again.dtype == torch.bfloat16 and again.model.get_input_embeddings().weight.dtype == torch.bfloat16
+
+
 def test_an_explicit_dtype_is_kept(tiny_loaded, app_paths) -> None:
     calibration = cal.ensure_calibrated(tiny_loaded, app_paths)
     assert tiny_loaded.requested_dtype == "fp32" and tiny_loaded.dtype == torch.float32
@@ -168,6 +196,22 @@ def test_packed_fp32_weights_keep_a_plain_copy_only_with_the_compiled_step() -> 
         assert decoded.tokens == expected.tokens  # fp32: compiled or eager, the same answer
     finally:
         drop_compiled_step(model)
+
+
+def test_packed_weights_join_the_side_by_side_compile_on_their_plain_copy(tmp_path, monkeypatch, caplog) -> None:
+    import logging
+
+    from core.lookahead.compiled_step import compiled_layer
+    from core.models.cpu_packed import PACKED, PACKED_ROWS, apply_layout
+    from tests.core.lookahead.test_parallel_compile import _variants
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    fp32, int8 = _variants()
+    apply_layout(fp32, PACKED)  # what choose_layout keeps for fp32 here (a bigger model's bf16, elsewhere)
+    with caplog.at_level(logging.INFO, logger="core.lookahead.parallel_compile"):
+        cal._fastest_steps({"fp32": fp32, "int8": int8}, None)
+    assert "2 step packages compiled side by side" in caplog.text
+    assert layout_of(fp32) == (PACKED_ROWS if compiled_layer(fp32) is not None else PACKED)  # the copy only with the step
 
 
 def test_without_its_compiler_a_cached_fp32_step_drops_the_plain_copy(tiny_model_folder, app_paths, tmp_path, monkeypatch) -> None:
