@@ -27,6 +27,7 @@ from core.lookahead.compiled_step import (
     choose_compiled_step,
     compile_step,
     compiled_layer,
+    kept_step_seconds,
     set_compile_cache,
     why_not_compilable,
 )
@@ -219,6 +220,11 @@ def _compiles_on_a_rows_copy(model: Any) -> bool:
     return layout_of(model) == PACKED and why_not_compilable(model, weights=False) is None and rows_copy_fits(model)
 
 
+LAYOUT_HOPE = 2.0
+"""How much slower than the fastest variant's eager step (all in the plain layout) a variant's may be and
+still have its weight layouts measured: packing made the default model's fp32 step 1.5 times faster here."""
+
+
 COMPILE_HOPE = 1.25
 """How much more than the largest gain measured so far compiling might give another variant's step."""
 
@@ -234,16 +240,21 @@ STEPS_SHARE = 0.9
 
 def _fastest_steps(models: dict[str, Any], cancelled: Callable[[], bool] | None,
                    progress: Callable[[float], None] = lambda fraction: None) -> dict[str, float]:
-    """:func:`fastest_step` for each variant (name -> model), from the fastest eager step on; a variant is
+    """:func:`fastest_step` for each variant (name -> model), from the fastest eager step on; a variant
+    whose plain eager step is over :data:`LAYOUT_HOPE` times the fastest one keeps the plain layout, and is
     not compiled (10-14 s each) when even :data:`COMPILE_HOPE` times the best compile gain measured
     so far would leave its step slower than the fastest step so far. The two with the fastest eager
     steps are compiled side by side first (:func:`compile_in_parallel`). Returns each variant's
     1-token step seconds as it now runs."""
-    eager = {}
+    eager = {name: _one_token_seconds(model, cancelled) for name, model in models.items()}  # as they come: plain
+    progress(0.05)
+    fastest_plain = min(eager.values())
     for i, (name, model) in enumerate(models.items()):
-        choose_layout(model, cancelled)
-        eager[name] = _one_token_seconds(model, cancelled)
-        progress(0.15 * (i + 1) / len(models))
+        if eager[name] > LAYOUT_HOPE * fastest_plain:
+            log.info("%s: no weight layout tried, its eager step (%.1f ms) is too slow", name, 1000 * eager[name])
+        elif choose_layout(model, cancelled) != PLAIN:
+            eager[name] = _one_token_seconds(model, cancelled)
+        progress(0.05 + 0.1 * (i + 1) / len(models))
     order = sorted(eager, key=eager.__getitem__)
     # the first two compiles side by side (most of the wait); packed weights get their plain copy for it, as in
     # fastest_step, which makes it again (cheap) and keeps it only if the compiled step is kept
@@ -263,7 +274,7 @@ def _fastest_steps(models: dict[str, Any], cancelled: Callable[[], bool] | None,
             log.info("%s: not compiled, its eager step (%.1f ms) could not overtake %.1f ms", name, 1000 * eager[name], 1000 * fastest)
             continue
         if fastest_step(models[name], cancelled)[1]:
-            seconds[name] = _one_token_seconds(models[name], cancelled)
+            seconds[name] = kept_step_seconds(models[name]) or _one_token_seconds(models[name], cancelled)
         gain, fastest = max(gain, eager[name] / seconds[name]), min(fastest, seconds[name])
     return seconds
 
@@ -274,8 +285,15 @@ def compiling_may_pay(eager_seconds: float, fastest_seconds: float, best_gain: f
     return eager_seconds / (COMPILE_HOPE * best_gain) < fastest_seconds
 
 
+ONE_TOKEN_REPEATS = 7
+"""Steps whose median is a variant's eager 1-token step cost (after one to warm up); a compiled step's cost
+is the median of the twelve rounds that chose it (:func:`kept_step_seconds`). With 3 steps, the compiled int8
+step of a 1B model once read 78.8 ms where those rounds had read 57.5 just before, on this noisy machine, and
+calibration left int8 out as not faster than bf16's 82 ms."""
+
+
 def _one_token_seconds(model: Any, cancelled: Callable[[], bool] | None) -> float:
-    return measure_step_seconds(model, (1,), context=128, repeats=3, cancelled=cancelled)[0]
+    return measure_step_seconds(model, (1,), context=128, repeats=ONE_TOKEN_REPEATS, cancelled=cancelled)[0]
 
 
 def _convert(loaded: LoadedModel, dtype_name: str, quantization: str, layout: str) -> None:

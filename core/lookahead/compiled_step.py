@@ -534,6 +534,15 @@ def drop_compiled_step(model: Any) -> None:
     _COMPILED.pop(model, None)
 
 
+_KEPT_SECONDS: "weakref.WeakKeyDictionary[Any, float]" = weakref.WeakKeyDictionary()
+
+
+def kept_step_seconds(model: Any) -> float | None:
+    """The median seconds of the compiled 1-token step :func:`choose_compiled_step` measured and kept for
+    ``model`` (``None`` where it kept none)."""
+    return _KEPT_SECONDS.get(model) if compiled_layer(model) is not None else None
+
+
 def choose_compiled_step(model: Any, cancelled: Callable[[], bool] | None = None, rounds: int = 12) -> bool:
     """Compile the 1-token step and keep it only if it measures faster than the eager one here.
 
@@ -573,4 +582,5 @@ def choose_compiled_step(model: Any, cancelled: Callable[[], bool] | None = None
     if compiled_s * COMPILED_MARGIN > eager_s:
         drop_compiled_step(model)
         return False
+    _KEPT_SECONDS[model] = compiled_s
     return True

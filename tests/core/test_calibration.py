@@ -178,7 +178,7 @@ def test_a_variant_is_compiled_only_if_it_might_overtake_the_fastest() -> None:
 
 def test_packed_fp32_weights_keep_a_plain_copy_only_with_the_compiled_step() -> None:
     from core.lookahead import Decoding
-    from core.lookahead.compiled_step import compiled_layer, drop_compiled_step
+    from core.lookahead.compiled_step import compiled_layer, drop_compiled_step, kept_step_seconds
     from core.models.cpu_packed import PACKED, PACKED_ROWS, apply_layout
     from tests.conftest import make_model, tiny_llama_config
 
@@ -191,11 +191,14 @@ def test_packed_fp32_weights_keep_a_plain_copy_only_with_the_compiled_step() -> 
         layout, compiled = cal.fastest_step(model)
         assert layout == layout_of(model) and layout in (PACKED, PACKED_ROWS)
         assert compiled == (layout == PACKED_ROWS) == (compiled_layer(model) is not None)
+        seconds = kept_step_seconds(model)  # the step cost calibration then compares (measured choosing it)
+        assert (seconds is not None and seconds > 0) if compiled else seconds is None
         decoded = Decoding(model, prompt, max_new_tokens=24)
         list(decoded)
         assert decoded.tokens == expected.tokens  # fp32: compiled or eager, the same answer
     finally:
         drop_compiled_step(model)
+    assert kept_step_seconds(model) is None
 
 
 def test_packed_weights_join_the_side_by_side_compile_on_their_plain_copy(tmp_path, monkeypatch, caplog) -> None:
@@ -212,6 +215,26 @@ def test_packed_weights_join_the_side_by_side_compile_on_their_plain_copy(tmp_pa
         cal._fastest_steps({"fp32": fp32, "int8": int8}, None)
     assert "2 step packages compiled side by side" in caplog.text
     assert layout_of(fp32) == (PACKED_ROWS if compiled_layer(fp32) is not None else PACKED)  # the copy only with the step
+
+
+def test_variants_far_slower_than_the_fastest_keep_the_plain_layout_unmeasured(monkeypatch, caplog) -> None:
+    import logging
+
+    from core.models import cpu_packed
+    from core.models.variants import bf16_copy
+    from tests.conftest import make_model, tiny_llama_config
+
+    fp32 = make_model(tiny_llama_config(96, hidden_act="gelu"), seed=5)  # no compiled step: layouts only
+    models = {"fp32": fp32, "bf16": bf16_copy(fp32)}
+    measured: list[torch.dtype] = []
+    monkeypatch.setattr(cal, "choose_layout", lambda model, cancelled: measured.append(model.dtype) or cpu_packed.choose_layout(model, cancelled))
+    monkeypatch.setattr(cal, "LAYOUT_HOPE", 1.0)  # only the fastest variant's layouts are measured up front
+    with caplog.at_level(logging.INFO, logger="core.calibration"):
+        cal._fastest_steps(models, None)
+    skipped = [name for name in models if f"{name}: no weight layout tried" in caplog.text]
+    assert len(skipped) == 1
+    fastest = next(name for name in models if name not in skipped)
+    assert measured[0] == models[fastest].dtype  # the layouts measured up front were the fastest variant's only
 
 
 def test_without_its_compiler_a_cached_fp32_step_drops_the_plain_copy(tiny_model_folder, app_paths, tmp_path, monkeypatch) -> None:
