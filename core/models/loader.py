@@ -94,7 +94,8 @@ def load_model(
     _check(cancel)
     progress("Loading the weights", 0.55)
     _validate_safetensors(folder)
-    model = _load_weights(folder, device, dtype, quantization, options.attn_implementation)
+    model = _load_weights(folder, device, dtype, quantization, options.attn_implementation,
+                          cpu_auto_dtype(parameters, system_memory()))
     model.eval()
     progress("Model ready", 1.0)
     return LoadedModel(
@@ -218,13 +219,16 @@ def _validate_safetensors(folder: Path) -> None:
             ) from err
 
 
-def _load_weights(folder: Path, device: torch.device, dtype: torch.dtype, quantization: str, attn: str) -> Any:
+def _load_weights(folder: Path, device: torch.device, dtype: torch.dtype, quantization: str, attn: str,
+                  quantize_from: torch.dtype) -> Any:
+    """The model's weights in ``dtype``; CPU int8/int4 weights are quantized from ``quantize_from`` ones
+    (fp32, or bf16 for a model whose fp32 weights would crowd the memory: see ``cpu_auto_dtype``)."""
     from transformers import AutoModelForCausalLM
 
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn}
     cpu_bits = {"8bit": 8, "4bit": 4}.get(quantization) if device.type == "cpu" else None
     if cpu_bits:
-        kwargs["dtype"] = torch.float32  # quantize from full-precision weights, then cast the rest
+        kwargs["dtype"] = quantize_from  # then the rest is cast to ``dtype``
     elif quantization != "none":
         from transformers import BitsAndBytesConfig
 

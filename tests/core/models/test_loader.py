@@ -223,6 +223,25 @@ def test_cpu_quantization_uses_torch_kernels_without_bitsandbytes(
     assert loaded.model(torch.tensor([[1, 2, 3]])).logits.dtype == torch.bfloat16
 
 
+def test_cpu_int8_of_a_model_too_big_for_fp32_is_quantized_from_bf16(tiny_model_folder: Path, app_paths: AppPaths,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from core.models import loader
+    from core.models.cpu_quant import Int8WeightLinear
+    from core.models.device import SystemMemory
+
+    def expected(source: torch.dtype) -> torch.Tensor:
+        linear = AutoModelForCausalLM.from_pretrained(tiny_model_folder, dtype=source).model.layers[0].mlp.up_proj
+        return Int8WeightLinear.from_linear(linear).qweight
+
+    assert not torch.equal(expected(torch.float32), expected(torch.bfloat16))  # the test tells the two apart
+    for total, source in ((10**12, torch.float32), (1000, torch.bfloat16)):  # 1000 bytes: fp32 weights do not fit
+        monkeypatch.setattr(loader, "system_memory", lambda total=total: SystemMemory(total=total, available=total))
+        loaded = _load(tiny_model_folder, app_paths, LoadOptions(device="cpu", quantization="8bit"))
+        assert torch.equal(loaded.model.model.layers[0].mlp.up_proj.qweight, expected(source))
+
+
 OOM_SCRIPT = textwrap.dedent(
     """
     import re, resource, sys
