@@ -173,10 +173,12 @@ def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], canc
     wanted = (["bf16"] if loaded.dtype == torch.float32 else []) + (["int8"] if loaded.requested_quantization == "auto" else [])
     memory = system_memory()
     room = memory.available if memory is not None else None
+    untried = []
     for name in wanted:
         needed = int(COPY_MEMORY_MARGIN * variant_bytes(loaded.model, name))
         if room is not None and needed > room:
             log.warning("%s weights not tried: they need %.1f GB, and %.1f GB of memory is free", name, needed / 1e9, room / 1e9)
+            untried.append(name)
             continue
         models[name] = (bf16_copy if name == "bf16" else int8_copy)(loaded.model)
         room = None if room is None else room - needed
@@ -191,6 +193,7 @@ def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], canc
             loaded.model, loaded.dtype = models["bf16"], torch.bfloat16
         calibration.layout = layout_of(loaded.model)
         calibration.compiled = compiled_layer(loaded.model) is not None
+        calibration.untried = tuple(untried)
         return calibration
     finally:
         models.clear()  # the copies not kept are freed; no gc.collect() here: on this (worker) thread it can

@@ -196,6 +196,7 @@ class Calibration:
         quantization: ``8bit`` when the caller chose int8 weights because they were faster, else ``none``.
         layout: the float weights' layout for the CPU's kernels (``core.models.cpu_packed``), chosen by the caller's measurement.
         compiled: whether the compiled 1-token step (``core.lookahead.compiled_step``) measured faster and runs.
+        untried: the variants (``bf16``, ``int8``) the caller left out because their copies would not fit in the free memory.
     """
 
     device: str
@@ -207,6 +208,7 @@ class Calibration:
     quantization: str = "none"
     layout: str = "plain"
     compiled: bool = False
+    untried: tuple[str, ...] = ()
 
     @property
     def dtype_label(self) -> str:
@@ -252,7 +254,8 @@ class Calibration:
         best = self.estimates[0] if self.estimates else None
         where = "this GPU" if self.device == "cuda" else "this CPU"
         notes = (["int8 weights (faster here; answers may differ slightly)"] if self.quantization == "8bit" else []) + (
-            ["compiled 1-token step"] if self.compiled else [])
+            ["compiled 1-token step"] if self.compiled else []) + (
+            [f"{' and '.join(self.untried)} not tried (not enough free memory)"] if self.untried else [])
         tail = f"; {', '.join(notes)}" if notes else ""
         if self.choice is None:
             detail = f" (best, {best.label}, expected {best.speedup:.2f}x)" if best else ""
@@ -269,6 +272,7 @@ class Calibration:
             "quantization": self.quantization,
             "layout": self.layout,
             "compiled": self.compiled,
+            "untried": list(self.untried),
             "choice": self.choice.label if self.choice else "plain",
             "reason": self.reason,
             "estimates": [
@@ -289,7 +293,8 @@ class Calibration:
         settings = [_parse_label(e["setting"]) for e in data["estimates"] if e["setting"] != "plain"]
         return cls(str(data["device"]), str(data["dtype"]), curve, predict(curve, settings, learned), float(data["seconds"]),
                    {str(k): float(v) for k, v in data.get("dtype_seconds", {}).items()}, str(data.get("quantization", "none")),
-                   str(data.get("layout", "plain")), bool(data.get("compiled", False)))
+                   str(data.get("layout", "plain")), bool(data.get("compiled", False)),
+                   tuple(str(name) for name in data.get("untried", [])))
 
 
 def _parse_label(label: str) -> LookaheadConfig:

@@ -87,6 +87,10 @@ def test_copies_that_would_not_fit_in_the_free_memory_are_not_tried(tiny_model_f
     monkeypatch.setattr(cal, "system_memory", lambda: SystemMemory(total=10**12, available=needed[smaller]))
     calibration = cal.ensure_calibrated(loaded, app_paths)
     assert set(calibration.dtype_seconds) == {"float32", {"bf16": "bfloat16", "int8": "int8"}[smaller]}
+    untried = next(name for name in needed if name != smaller)
+    assert f"{untried} not tried (not enough free memory)" in calibration.reason  # the status bar says why
+    again = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
+    assert cal.ensure_calibrated(again, app_paths, _fail_if_measuring).reason == calibration.reason  # and says it again
 
 
 def test_a_model_loaded_in_bf16_to_leave_memory_tries_int8_but_never_widens_to_fp32(tiny_model_folder, app_paths, monkeypatch) -> None:
