@@ -85,17 +85,18 @@ def load_model(
     parameters = _count_parameters(config)
     quantization = _resolve_quantization(options.quantization, device, parameters)
     dtype = resolve_dtype(options.dtype, device)
+    # the widest float weights that leave the memory room (fp32, or bf16 for a big model): CPU only
+    widest = cpu_auto_dtype(parameters, system_memory()) if device.type == "cpu" else torch.float32
     if device.type == "cpu" and options.dtype == "auto":
         # the CPU int8/int4 kernels are several times faster with bf16 activations
-        dtype = torch.bfloat16 if quantization != "none" else cpu_auto_dtype(parameters, system_memory())
+        dtype = torch.bfloat16 if quantization != "none" else widest
     _check(cancel)
     progress("Loading the tokenizer", 0.5)
     tokenizer = _load_tokenizer(folder)
     _check(cancel)
     progress("Loading the weights", 0.55)
     _validate_safetensors(folder)
-    model = _load_weights(folder, device, dtype, quantization, options.attn_implementation,
-                          cpu_auto_dtype(parameters, system_memory()))
+    model = _load_weights(folder, device, dtype, quantization, options.attn_implementation, widest)
     model.eval()
     progress("Model ready", 1.0)
     return LoadedModel(
