@@ -32,6 +32,8 @@ run: setup
 	$(BIN)/lookahead-chat
 
 test: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: setup

@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from app.chat_view import ChatView
 from app.composer import Composer
-from app.jobs import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart
+from core.engine.answer_job import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart
 from app.message_widget import MessageWidget
 from app.worker import ModelWorker
 from core.chat.history import HistoryError, HistoryStore, StoredMessage
@@ -292,7 +292,7 @@ class ChatController(QObject):
         token = CancelToken()
         self.live = LiveAnswer(self.current_id, message_id, token, prefix=prefix, text=prefix, saved_text=prefix)
         self.live.job_id = self.worker.generate(
-            AnswerRequest(self.current_id, tuple(messages), settings.mode, settings.lookahead, settings.sampling, token)
+            AnswerRequest(tuple(messages), settings.mode, settings.lookahead, settings.sampling, self.current_id, token)
         )
         self._autosave.start()
         self.view.set_busy(True)

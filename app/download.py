@@ -9,6 +9,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from core.progress import CancelToken
+from core.models.errors import ModelError
+from core.models.hub import download_hub_model
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +36,6 @@ class HubDownload(QObject):
         self.token.cancel()
 
     def _run(self) -> None:
-        from core.models.errors import ModelError
-        from core.models.hub import download_hub_model
-
         try:
             folder = download_hub_model(self.repo_id, self.models_dir, self.progress.emit, self.token)
         except ModelError as err:

@@ -1,10 +1,10 @@
-"""The Qt face of :mod:`core.jobs`: a job's reports as queued signals, in superqt's GeneratorWorker shape."""
+"""The Qt face of :mod:`core.engine.jobs`: a job's reports as queued signals, in superqt's GeneratorWorker shape."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from core.jobs import JobFailure
+from core.engine.jobs import JobFailure
 
 
 class JobSignals(QObject):
@@ -20,12 +20,12 @@ class JobSignals(QObject):
     ended = Signal()  # after any of the three: one place to return to idle
 
     def listener(self) -> "SignalListener":
-        """A :class:`core.jobs.JobListener` that emits these signals."""
+        """A :class:`core.engine.jobs.JobListener` that emits these signals."""
         return SignalListener(self)
 
 
 class SignalListener:
-    """Forwards :func:`core.jobs.run_steps` reports to a :class:`JobSignals`."""
+    """Forwards :func:`core.engine.jobs.run_steps` reports to a :class:`JobSignals`."""
 
     def __init__(self, signals: JobSignals) -> None:
         self.signals = signals

@@ -32,14 +32,14 @@ def run_gui(paths: AppPaths) -> int:
     Refused with one line (exit code 1) when Qt's X11 libraries are missing; a second start over
     the same data folder brings the first window to the front and exits (see app.single_instance).
     """
-    from app.system_libraries import missing_xcb_message
+    from app.system_libraries import missing_xcb_message  # before Qt loads: it names the libraries Qt would fail on
 
     problem = missing_xcb_message()
     if problem:
         print(problem, file=sys.stderr)
         return 1
     enable_offline_mode()
-    import qasync
+    import qasync  # Qt and the window load only after the check for its system libraries
     from PySide6.QtWidgets import QApplication
 
     from app.gc_guard import GuiThreadCollector

@@ -34,7 +34,8 @@ from app.compare.hook import install_compare
 from app.composer import Composer
 from app.dialogs import AboutDialog, HelpDialog
 from app.history_list import HistoryList
-from app.jobs import AnswerOutcome, ModelInfo
+from core.engine.answer_job import AnswerOutcome
+from core.engine.ready import ModelInfo
 from app.mode_controls import ModeControls
 from app.notices import LoadPanel, NoticeBar
 from app.preset_controls import PresetControls
@@ -105,7 +106,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.splitter)
         self.figures = FiguresBar()
         self.setStatusBar(self.figures)
-        self.server = ServerControl(self.worker, lambda: self.settings, lambda: self.model.name if self.model else None, self)
+        self.server = ServerControl(self.worker.thread, lambda: self.settings, self)
         self.server_indicator = ServerIndicator(self.server.activity)
         self.figures.addPermanentWidget(self.server_indicator)
         self.server.changed.connect(self.server_indicator.refresh)

@@ -1,7 +1,7 @@
 """The window's side of the local server: it runs on the window's qasync loop and answers through the window's model worker.
 
-One model in memory: the server's answers are step jobs queued on the same :class:`~app.worker.ModelWorker`
-as the chat's, in arrival order. The HTTP handlers run on the GUI thread (the qasync loop) and do
+One model in memory: the server's answers are step jobs queued on the same model thread as the
+chat's (:class:`core.engine.model_thread.ModelThread`), in arrival order. The HTTP handlers run on the GUI thread (the qasync loop) and do
 little there: parse, queue, forward text; tokens reach them via ``loop.call_soon_threadsafe``.
 """
 
@@ -13,29 +13,14 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.worker import ModelWorker
-from core.jobs import StepsJob
 from core.server.activity import Activity
-from core.server.answer_job import AnswerDefaults
+from core.server.answer_events import AnswerDefaults
 from core.server.config import ServerConfig
+from core.server.model_runner import ModelRunner
 from core.server.service import LocalServer, ServerStartError
 from core.settings import ServerSettings, Settings
 
 log = logging.getLogger(__name__)
-
-
-class WorkerRunner:
-    """The window's model worker as the server's :class:`~core.server.runner.ModelRunner`."""
-
-    def __init__(self, worker: ModelWorker, model_name: Callable[[], str | None]) -> None:
-        self.worker, self._model_name = worker, model_name
-
-    @property
-    def model_name(self) -> str | None:
-        return self._model_name()
-
-    def submit(self, job: StepsJob) -> None:
-        self.worker.run_job(job)
 
 
 class ServerControl(QObject):
@@ -43,10 +28,9 @@ class ServerControl(QObject):
 
     changed = Signal()
 
-    def __init__(self, worker: ModelWorker, settings: Callable[[], Settings], model_name: Callable[[], str | None],
-                 parent: QObject | None = None) -> None:
+    def __init__(self, runner: ModelRunner, settings: Callable[[], Settings], parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.runner = WorkerRunner(worker, model_name)
+        self.runner = runner
         self.settings = settings
         self.activity = Activity(on_change=self.changed.emit)
         self.server: LocalServer | None = None

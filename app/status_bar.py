@@ -5,7 +5,8 @@ from __future__ import annotations
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
 from app.chat_controller import LiveAnswer
-from app.jobs import AnswerFigures, ModelInfo
+from core.engine.answer_job import AnswerFigures
+from core.engine.ready import ModelInfo
 
 
 class FiguresBar(QStatusBar):

@@ -30,7 +30,7 @@ def uses_xcb(environ: Mapping[str, str]) -> bool:
 
 def xcb_plugin() -> Path:
     """Qt's xcb platform plugin, from a source install or a PyInstaller bundle."""
-    from PySide6.QtCore import QLibraryInfo
+    from PySide6.QtCore import QLibraryInfo  # this module runs before Qt is known to load
 
     return Path(QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath)) / "platforms" / "libqxcb.so"
 

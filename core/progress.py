@@ -25,3 +25,7 @@ class CancelToken:
 
 def no_progress(stage: str, fraction: float) -> None:
     """A progress callback that ignores its reports."""
+
+
+class Cancelled(Exception):
+    """A long operation stopped because its cancel token was set (another model loads, or the user pressed Cancel)."""

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "settings.json"
 THEMES = ("system", "light", "dark")
-MODES = ("auto", "plain", "lookahead")  # auto: the fastest exact decoding measured here (core.lookahead.auto)
+MODES = ("auto", "plain", "lookahead")  # auto: the fastest exact decoding measured here (core.autotune.chooser)
 MAX_TOP_K = 1000  # the settings dialog's range
 MAX_SEED = 2**31 - 1
 
@@ -90,7 +90,7 @@ class SamplingSettings:
 @dataclass(frozen=True)
 class LookaheadSettings:
     """Lookahead mode's W, N, G: ``auto`` takes the best lookahead setting measured on this machine
-    (core.calibration); otherwise the fixed W, N, G."""
+    (core.autotune.prepare); otherwise the fixed W, N, G."""
 
     auto: bool = True
     window: int = 7

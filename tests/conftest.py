@@ -90,3 +90,18 @@ def tiny_loaded(tiny_model_folder: Path, app_paths: AppPaths):
     from core.models import LoadOptions, ModelSource, load_model
 
     return load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu", dtype="fp32"), app_paths)
+
+
+def unmeasured(loaded):
+    """``loaded`` ready to answer with Auto not measured (it decodes plain): what a cancelled calibration leaves."""
+    from core.autotune.prepare import AutoTuning
+    from core.chat.pools import ConversationPools
+    from core.engine.ready import ReadyModel
+
+    return ReadyModel(loaded, AutoTuning("Auto: plain (not measured in these tests)"), ConversationPools())
+
+
+@pytest.fixture
+def tiny_ready(tiny_loaded):
+    """The tiny model ready to answer, Auto not measured."""
+    return unmeasured(tiny_loaded)

@@ -32,7 +32,7 @@ from app.compare.summary_strip import ERROR_COLOR, SummaryStrip
 from core.compare import LOOKAHEAD, PLAIN, Comparison, RunDone, RunStarted, RunStep, summarize
 from core.compare.export import export_csv, export_json
 from core.compare.store import ComparisonStore
-from core.jobs import JobFailure
+from core.engine.jobs import JobFailure
 from core.paths import AppPaths
 from core.settings import Settings
 

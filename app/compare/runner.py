@@ -1,6 +1,6 @@
 """Runs comparisons and suite benchmarks off the GUI thread; reports them as queued Qt signals.
 
-Both are step jobs (:class:`core.jobs.StepsJob`) reached through a :data:`ModelCall`: a function
+Both are step jobs (:class:`core.engine.jobs.StepsJob`) reached through a :data:`ModelCall`: a function
 that runs one with the loaded model on a background thread. The main window passes its model
 worker's ``run_job``, so a comparison queues behind (never beside) a chat answer and shares its
 throttle, error path and cancel rule; :func:`thread_call` serves a model held directly (tests).
@@ -16,21 +16,21 @@ from PySide6.QtCore import QObject, Signal, Slot
 from app.job_signals import JobSignals
 from core.compare import CompareRequest, ComparisonRun, RunStep
 from core.compare.suites import run_suites
-from core.jobs import JobFailure, StepsJob
-from core.models.loader import LoadedModel
+from core.engine.jobs import StepsJob
+from core.engine.plan import decoding_plan
+from core.engine.ready import ReadyModel
 from core.paths import AppPaths
 from core.progress import CancelToken
 from core.settings import Settings
-from core.tuning import decoding_plan
 
 ModelCall = Callable[[StepsJob], None]
 
 
-def thread_call(loaded: LoadedModel) -> ModelCall:
+def thread_call(ready: ReadyModel) -> ModelCall:
     """A :data:`ModelCall` for a model held by the caller: each job gets its own thread."""
 
     def call(job: StepsJob) -> None:
-        threading.Thread(target=job.run, args=(loaded,), name="compare", daemon=True).start()
+        threading.Thread(target=job.run, args=(ready,), name="compare", daemon=True).start()
 
     return call
 
@@ -91,7 +91,7 @@ class CompareRunner(QObject):
     compared = Signal(object)  # Comparison, finished or stopped
     suite_progress = Signal(str, float)
     suites_done = Signal(object)  # list[core.bench.report.Row]
-    failed = Signal(object)  # core.jobs.JobFailure
+    failed = Signal(object)  # core.engine.jobs.JobFailure
     busy_changed = Signal(bool)
 
     def __init__(self, call: ModelCall | None, paths: AppPaths, parent: QObject | None = None) -> None:
@@ -110,10 +110,12 @@ class CompareRunner(QObject):
         """Start a comparison of ``prompt`` with the settings' lookahead parameters."""
         job = self._start()
 
-        def build(loaded: LoadedModel) -> ComparisonRun:
+        def build(ready: ReadyModel) -> ComparisonRun:
             job.started.set()
-            request = CompareRequest(prompt, settings.system_prompt, decoding_plan("lookahead", settings.lookahead, loaded).lookahead,
-                                     max_new_tokens, repeats, conversation_id)
+            loaded = ready.loaded
+            lookahead = decoding_plan("lookahead", settings.lookahead, loaded, ready.auto).lookahead
+            assert lookahead is not None  # lookahead mode always has a setting
+            request = CompareRequest(prompt, settings.system_prompt, lookahead, max_new_tokens, repeats, conversation_id)
             job.run = ComparisonRun(loaded, request, job.cancel, warm_up=id(loaded.model) not in self._warmed)
             self._warmed.add(id(loaded.model))
             return job.run
@@ -124,10 +126,11 @@ class CompareRunner(QObject):
         """Run the built-in suites (the first ``limit`` prompts of each), plain loop vs lookahead."""
         job = self._start()
 
-        def build(loaded: LoadedModel) -> Iterator[list]:
+        def build(ready: ReadyModel) -> Iterator[list]:
             job.started.set()
-            config = decoding_plan("lookahead", settings.lookahead, loaded).lookahead
-            yield run_suites(loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=job.cancel)
+            config = decoding_plan("lookahead", settings.lookahead, ready.loaded, ready.auto).lookahead
+            assert config is not None  # lookahead mode always has a setting
+            yield run_suites(ready.loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=job.cancel)
 
         self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The suite run", urgent=lambda _rows: True))
 

@@ -27,6 +27,7 @@ from core.bench.gpu.budget import Budget, Deadline
 from core.bench.gpu.quantize import bitsandbytes_status
 from core.bench.gpu.report import render
 from core.bench.gpu.step_cost import DEFAULT_SIZES
+import transformers
 
 Section = Callable[[sections.Context, Deadline], dict[str, Any]]
 
@@ -79,8 +80,6 @@ def context_from(args: argparse.Namespace) -> sections.Context:
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    import transformers
-
     _, bnb = bitsandbytes_status()
     meta: dict[str, Any] = {
         "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,

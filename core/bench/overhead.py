@@ -17,11 +17,13 @@ from typing import Any
 
 import torch
 
-from core.lookahead.compiled_step import compile_step, why_not_compilable
-from core.lookahead.llama_step import COMPILED_LAYERS, LlamaStep, supports_llama_step
-from core.lookahead.model_step import ModelStep, TransformersStep, causal_mask
-from core.lookahead.stats import device_sync
-from core.models.cpu_packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, layout_of, packing_available, rows_copy_allowed
+from core.runtime.architecture import supports_llama_step
+from core.runtime.compiled.step import compile_step, why_not_compilable
+from core.runtime.lean_step import COMPILED_LAYERS, LlamaStep
+from core.runtime.step import ModelStep, TransformersStep, causal_mask
+from core.runtime.timing import device_sync
+from core.runtime.weights.packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, layout_of, packing_available, rows_copy_allowed
+from torch.profiler import ProfilerActivity, profile
 
 CATEGORIES = ("weights", "attention", "cache", "other ops", COMPILED_LAYERS, "python and dispatch")
 _WEIGHT_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu", "aten::linear")
@@ -66,15 +68,14 @@ def implementations(model: Any, capacity: int) -> dict[str, ModelStep]:
         for name, step in list(steps.items()):
             if name.startswith("lean") and model.device.type == "cpu" and why_not_compilable(step.model) is None:
                 copied = copy.deepcopy(step.model)
-                if compile_step(copied) is None:
-                    steps[f"{name}, compiled 1-token step"] = LlamaStep(copied, capacity)
+                compiled = compile_step(copied)
+                if not isinstance(compiled, str):
+                    steps[f"{name}, compiled 1-token step"] = LlamaStep(copied, capacity, compiled.inputs(copied))
     return steps
 
 
 def profile_steps(model: Any, sizes: Sequence[int] = (1, 12), context: int = 256, repeats: int = 20) -> list[StepProfile]:
     """Profile each implementation at each step size; the first round is a warm-up."""
-    from torch.profiler import ProfilerActivity, profile
-
     device = model.device
     dtype = model.get_input_embeddings().weight.dtype
     vocab = model.config.vocab_size

@@ -18,9 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from core.autotune.prepare import fastest_step
+from core.lookahead import Decoding
 from core.models.default_model import pip_command
 from core.paths import AppPaths
 from core.progress import ProgressCallback, no_progress
+from core.runtime.prepared import PreparedModel
+from core.runtime.weights.quantized import quantize_model
 
 LLAMA_CPP_VERSION = "11434"
 TOOLS = ("llama-bench", "llama-quantize")
@@ -152,30 +158,22 @@ def peer_table(rows: list[PeerRow], title: str) -> str:
     return "\n".join(lines)
 
 
-def our_model(base: Any, precision: str) -> Any:
+def our_model(base: Any, precision: str) -> PreparedModel:
     """A copy of the fp32 ``base`` at ``precision``: fp32, bf16, or int8/int4 weights with bf16 activations;
     its float weights in the layout and step (eager or compiled) that measure fastest, as the app does."""
-    import torch
-
-    from core.calibration import fastest_step
-    from core.models.cpu_quant import quantize_model
-
     if precision not in GGUF_TYPES:
         raise ValueError(f"Unknown precision {precision!r}; use {', '.join(GGUF_TYPES)}.")
     model = copy.deepcopy(base)
     if precision in ("int8", "int4"):
         quantize_model(model, 8 if precision == "int8" else 4)
     model = model.to(torch.float32 if precision == "fp32" else torch.bfloat16)
-    fastest_step(model)
-    return model
+    return fastest_step(model)
 
 
-def our_plain_rate(model: Any, tokens: int = 128, repetitions: int = 3) -> float:
+def our_plain_rate(model: PreparedModel, tokens: int = 128, repetitions: int = 3) -> float:
     """Tokens per second of our plain greedy decoding of ``tokens`` tokens (no EOS stop): the mean of
     ``repetitions`` runs after a warm-up, as ``llama-bench`` reports its ``avg_ts``."""
-    from core.lookahead import Decoding
-
-    prompt = [model.config.bos_token_id or 1]
+    prompt = [model.model.config.bos_token_id or 1]
     list(Decoding(model, prompt, max_new_tokens=8))  # warm-up
     rates = []
     for _ in range(repetitions):

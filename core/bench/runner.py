@@ -17,15 +17,15 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from core.bench.suites import Suite
-from core.chat.answer import eos_token_ids
+from core.suites import Suite
 from core.chat.prompt import Message, encode_messages
 from core.lookahead import Decoding, LookaheadConfig, NGramPool
-from core.lookahead.auto import AutoChooser
+from core.autotune.chooser import AutoChooser
 from core.lookahead.sampling import SamplingConfig, TokenPolicy
-from core.lookahead.stats import device_sync
+from core.runtime.timing import device_sync
 from core.models.loader import LoadedModel
 from core.progress import CancelToken, ProgressCallback, no_progress
+from core.runtime.prepared import PreparedModel
 
 PROMPT_LOOKUP_TOKENS = 10
 REFERENCE = "generate"
@@ -88,9 +88,8 @@ def standard_methods(configs: Sequence[tuple[str, LookaheadConfig]], peers: bool
     return methods
 
 
-def dtype_name(model: Any) -> str:
-    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
-        model.get_input_embeddings().weight.dtype, "other")
+def dtype_name(model: PreparedModel) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(model.dtype, "other")
 
 
 class BenchRunner:
@@ -99,32 +98,27 @@ class BenchRunner:
     Args:
         loaded: the model (its dtype is the first one).
         max_new_tokens: answer length.
-        extra_dtypes: further dtypes to run methods in (the model is copied and cast once each).
-        extra_models: further variants of the model by name (``int8``: int8 weights, as Auto may pick on the CPU).
         repetition_penalty: applied by every method (1.1 is the chat default); 1.0 is plain greedy.
         chooser: Auto's chooser for ``auto`` methods; it runs on the model variant its calibration chose.
+        models: the variants to run methods on, by name (``fp32``, ``bf16``, ``int8``: int8 weights, as Auto
+            may pick on the CPU), each as prepared for this machine; the first is the reference's. Default:
+            the loaded model alone.
     """
 
     def __init__(
         self,
         loaded: LoadedModel,
         max_new_tokens: int = 128,
-        extra_dtypes: Sequence[str] = (),
         repetition_penalty: float = 1.0,
         chooser: AutoChooser | None = None,
-        extra_models: dict[str, Any] | None = None,
+        models: dict[str, PreparedModel] | None = None,
     ) -> None:
         self.loaded = loaded
         self.max_new_tokens = max_new_tokens
-        self.eos = eos_token_ids(loaded)
+        self.eos = loaded.eos_token_ids
         self.repetition_penalty = repetition_penalty
         self.chooser = chooser
-        self.models: dict[str, Any] = {dtype_name(loaded.model): loaded.model}
-        casts = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-        for name in extra_dtypes:
-            if name not in self.models:
-                self.models[name] = copy.deepcopy(loaded.model).to(casts[name])
-        self.models.update(extra_models or {})
+        self.models = dict(models) if models else {dtype_name(loaded.prepared): loaded.prepared}
         self._cancel = CancelToken()
 
     @property
@@ -184,7 +178,7 @@ class BenchRunner:
                                       stats["ttft"], tokens == references[dtype], method.plain, stats["step_seconds"],
                                       stats["step_tokens"], stats.get("settings", {}))
                         )
-                    first = references.get(self.first_dtype) or self._generate(self.loaded.model, ids, self.max_new_tokens)[0]
+                    first = references.get(self.first_dtype) or self._generate(self.models[self.first_dtype], ids, self.max_new_tokens)[0]
                     messages.append(Message("assistant", self.loaded.tokenizer.decode(first, skip_special_tokens=True)))
                     done += 1
                     progress(f"{suite.name} {index + 1}/{len(suite.prompts)}", done / total)
@@ -210,7 +204,7 @@ class BenchRunner:
         if method.kind in ("generate", "prompt_lookup"):
             extra = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if method.kind == "prompt_lookup" else {}
             forwards = [0]
-            hook = model.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+            hook = model.model.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
             try:  # the hook is removed again: the runner also serves the app's own model (Compare suites)
                 tokens, seconds = self._generate(model, ids, max_new, **extra)
             finally:
@@ -243,13 +237,13 @@ class BenchRunner:
             return None
         return TokenPolicy(SamplingConfig(repetition_penalty=self.repetition_penalty).processors(), do_sample=False)
 
-    def _generate(self, model: Any, ids: list[int], max_new: int, **extra: Any) -> tuple[list[int], float]:
+    def _generate(self, model: PreparedModel, ids: list[int], max_new: int, **extra: Any) -> tuple[list[int], float]:
         input_ids = torch.tensor([ids], device=self.loaded.device)
         if self.repetition_penalty != 1.0:
             extra["repetition_penalty"] = self.repetition_penalty
         device_sync(self.loaded.device)
         start = time.perf_counter()
-        out = model.generate(
+        out = model.model.generate(
             input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new, do_sample=False,
             eos_token_id=self.eos, pad_token_id=self.eos[0] if self.eos else None,
             stopping_criteria=StoppingCriteriaList([_Cancelled(self._cancel)]), **extra,

@@ -13,7 +13,7 @@ from core.lookahead.stats import DecodeStats
 from core.models.loader import LoadedModel
 from core.progress import CancelToken
 from core.settings import SamplingSettings
-from core.textstream import TextStream
+from core.chat.textstream import TextStream
 
 
 @dataclass(frozen=True)
@@ -65,12 +65,12 @@ class Answer:
         self.prompt_ids = prompt.ids
         self._stream = TextStream(loaded.tokenizer, stop_strings)
         self._decoding = Decoding(
-            loaded.model,
+            loaded.prepared,
             prompt.ids,
             lookahead=lookahead,
             chooser=chooser,
             max_new_tokens=max_new_tokens,
-            eos_token_ids=eos_token_ids(loaded),
+            eos_token_ids=loaded.eos_token_ids,
             pool=pool,
             cancel=cancel,
             policy=policy_for(sampling, loaded) if sampling is not None else None,
@@ -114,16 +114,3 @@ def policy_for(sampling: SamplingSettings, loaded: LoadedModel) -> TokenPolicy |
         repetition_penalty=sampling.repetition_penalty, seed=sampling.seed,
     )
     return TokenPolicy.from_config(config, loaded.device)
-
-
-def eos_token_ids(loaded: LoadedModel) -> list[int]:
-    """Every token that ends an answer: the tokenizer's EOS and the generation config's."""
-    ids: set[int] = set()
-    if loaded.tokenizer.eos_token_id is not None:
-        ids.add(int(loaded.tokenizer.eos_token_id))
-    configured = getattr(loaded.model.generation_config, "eos_token_id", None)
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif configured:
-        ids.update(int(i) for i in configured)
-    return sorted(ids)

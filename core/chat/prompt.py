@@ -82,7 +82,7 @@ def encode(tokenizer: Any, messages: list[Message]) -> Encoded:
         messages, partial = messages[:-1], messages[-1].content
     if not getattr(tokenizer, "chat_template", None):
         return Encoded(list(tokenizer(render_plain(messages) + partial)["input_ids"]))
-    from jinja2.exceptions import TemplateError
+    from jinja2.exceptions import TemplateError  # jinja2 comes with transformers' chat templates, not with transformers itself
 
     try:
         return Encoded(_apply_template(tokenizer, messages, partial))

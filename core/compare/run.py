@@ -11,13 +11,12 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from core.chat.answer import eos_token_ids
 from core.chat.prompt import Message, build_prompt
 from core.compare.record import LOOKAHEAD, PLAIN, Comparison, RunRecord
 from core.lookahead import Decoding, LookaheadConfig
 from core.models.loader import LoadedModel
 from core.progress import CancelToken
-from core.textstream import TextStream
+from core.chat.textstream import TextStream
 
 WARM_UP_TOKENS = 8
 
@@ -97,7 +96,7 @@ class ComparisonRun:
         messages.append(Message("user", request.prompt))
         budget = loaded.context_length - request.max_new_tokens
         self.prompt_ids = build_prompt(loaded.tokenizer, messages, budget).ids
-        self.eos = eos_token_ids(loaded)
+        self.eos = loaded.eos_token_ids
         self._comparison = Comparison(
             id=uuid.uuid4().hex[:12],
             created=datetime.now().isoformat(timespec="seconds"),
@@ -136,7 +135,7 @@ class ComparisonRun:
 
     def _decoding(self, mode: str, max_new_tokens: int) -> Decoding:
         return Decoding(
-            self.loaded.model,
+            self.loaded.prepared,
             self.prompt_ids,
             lookahead=self.request.lookahead if mode == LOOKAHEAD else None,
             max_new_tokens=max_new_tokens,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from core.bench.report import Row, summarize
 from core.bench.runner import PLAIN_LOOP, BenchRunner, standard_methods
-from core.bench.suites import DEFAULT_SUITES, load_suite
+from core.suites import DEFAULT_SUITES, load_suite
 from core.lookahead import LookaheadConfig
 from core.models.loader import LoadedModel
 from core.progress import CancelToken, ProgressCallback, no_progress

@@ -18,14 +18,16 @@ from typing import Any, Protocol
 import torch
 
 from core.lookahead.config import LookaheadConfig
-from core.lookahead.layout import StepLayout, step_layout
-from core.lookahead.model_step import ModelStep, model_step
 from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import TokenPolicy, verify_with_policy
-from core.lookahead.stats import DecodeStats, StepTimer
+from core.lookahead.stats import DecodeStats
+from core.lookahead.step_shape import StepShape, step_shape
 from core.lookahead.tree import build_tree
 from core.lookahead.verify import argmax, verify_greedy
 from core.lookahead.window import JacobiWindow
+from core.runtime.prepared import PreparedModel, prepared
+from core.runtime.step import ModelStep
+from core.runtime.timing import StepTimer
 
 
 class Cancellable(Protocol):
@@ -36,7 +38,7 @@ class Cancellable(Protocol):
 
 
 class StepChooser(Protocol):
-    """Chooses the setting of each step and learns from the steps run (core.lookahead.auto.AutoChooser)."""
+    """Chooses the setting of each step and learns from the steps run (core.autotune.chooser.AutoChooser)."""
 
     @property
     def settings(self) -> Sequence[LookaheadConfig | None]:
@@ -68,7 +70,8 @@ class Decoding:
     """One generation, plain, lookahead or chosen step by step, as an iterator of :class:`Step`.
 
     Args:
-        model: a transformers causal LM (batch size 1).
+        model: a transformers causal LM (batch size 1), or a :class:`~core.runtime.prepared.PreparedModel`
+            (the compiled 1-token layer, where one was kept, then runs the plain steps).
         prompt_ids: the prompt's token ids (a 1-row tensor is accepted).
         lookahead: lookahead parameters, or ``None`` for plain decoding.
         chooser: chooses each step's setting instead (``lookahead`` must then be ``None``).
@@ -81,7 +84,7 @@ class Decoding:
 
     def __init__(
         self,
-        model: Any,
+        model: PreparedModel | Any,
         prompt_ids: Sequence[int] | torch.Tensor,
         *,
         lookahead: LookaheadConfig | None = None,
@@ -102,7 +105,8 @@ class Decoding:
             raise ValueError(f"max_new_tokens must be at least 1 (got {max_new_tokens}).")
         if lookahead is not None and chooser is not None:
             raise ValueError("Give either fixed lookahead settings or a step chooser, not both.")
-        self.model = model
+        self.prepared = prepared(model)
+        self.model = self.prepared.model
         self.prompt = list(prompt_ids)
         self.config = lookahead
         self.chooser = chooser
@@ -110,7 +114,7 @@ class Decoding:
         self.eos = frozenset(eos_token_ids)
         self.cancel = cancel
         self.policy = policy if policy is not None and (policy.do_sample or policy.processors) else None
-        self.device = model.device
+        self.device = self.model.device
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
         mode = "auto" if chooser is not None else "lookahead" if lookahead else "plain"
@@ -124,18 +128,18 @@ class Decoding:
         settings = [s for s in (chooser.settings if chooser else [lookahead]) if s is not None]
         self.pool: NGramPool | None = None
         if settings:
-            _check_attention(model)
+            _check_attention(self.model)
             self.pool = pool if pool is not None else NGramPool(max(s.ngram for s in settings), max(s.guesses for s in settings))
             if settings[0].pool_from_prompt:
                 self.pool.add_sequence(self.prompt)
             self._seed = settings[0].seed
             self._pool_from_output = settings[0].pool_from_output
             self._max_step = max(s.max_step_tokens for s in settings)
-            self._mask_dtype = model.get_input_embeddings().weight.dtype
+            self._mask_dtype = self.prepared.dtype
 
     def __iter__(self) -> Iterator[Step]:
         span = len(self.prompt) + self.max_new_tokens + (self._max_step if self.pool is not None else 1)
-        self._model_step = model_step(self.model, span, lookahead=self.pool is not None)
+        self._model_step = self.prepared.step(span, lookahead=self.pool is not None)
         if self.policy is not None:
             self._ids = torch.zeros(1, span, dtype=torch.long, device=self.device)
             self._ids[0, : len(self.prompt)] = torch.tensor(self.prompt, device=self.device)
@@ -241,23 +245,23 @@ class Decoding:
             return self._plain_step(x)
         tree = build_tree(candidates)
         window = self._window(cfg) if cfg.window else None
-        layout = step_layout(cfg.window, len(window.levels) if window else 0, tree.parents, self._mask_dtype, self.device)
+        shape = step_shape(cfg.window, len(window.levels) if window else 0, tree.parents, self._mask_dtype, self.device)
         past = self._past
-        self.stats.fed_tokens += layout.size
+        self.stats.fed_tokens += shape.size
         flat = window.rows(x) if window else [x]
         flat.extend(tree.tokens)
         ids = torch.tensor(flat, device=self.device)
-        positions = layout.position_offsets + past
-        mask = self._step_mask(layout, past)
+        positions = shape.position_offsets + past
+        mask = self._step_mask(shape, past)
         try:
-            logits = self._forward(ids, positions, layout.keep_rows, mask)
+            logits = self._forward(ids, positions, shape.keep_rows, mask)
         finally:
             mask[:, past:].zero_()  # the buffer is all zeros (attend) outside the current step block
         predictions = argmax(logits).tolist()
 
         def row(c: int, m: int) -> int:
             """The kept logits row after candidate c's tokens 0..m."""
-            return layout.tree_row + tree.paths[c][m]
+            return shape.tree_row + tree.paths[c][m]
 
         if self.policy is None:
             best, accepted, emitted = verify_greedy(predictions[0], candidates, lambda c, m: predictions[row(c, m)])
@@ -269,9 +273,9 @@ class Decoding:
                 return policy.scores(self._prefix(candidates[c][:tokens] if c >= 0 else ()), logits[index])
 
             best, accepted, emitted = verify_with_policy(candidates, row_scores, policy, self.device)
-        sources = [layout.tree_start + node for node in tree.paths[best][:accepted]] if accepted else []
+        sources = [shape.tree_start + node for node in tree.paths[best][:accepted]] if accepted else []
         assert self._model_step is not None
-        self._model_step.keep(past, layout.size, sources)
+        self._model_step.keep(past, shape.size, sources)
         if window is not None:
             window.update(x, predictions[1 : 1 + cfg.window], self.pool)
         return emitted
@@ -283,17 +287,17 @@ class Decoding:
             self._windows[key] = JacobiWindow(cfg.window, cfg.ngram, self.prompt, self.eos, self._seed)
         return self._windows[key]
 
-    def _step_mask(self, layout: StepLayout, past: int) -> torch.Tensor:
+    def _step_mask(self, shape: StepShape, past: int) -> torch.Tensor:
         """``[size, past+size]`` additive mask: a view of one buffer, allocated once per generation.
 
         The cache is visible to every step token; only the step's own block is written.
         """
-        rows, cols = layout.size, past + layout.size
+        rows, cols = shape.size, past + shape.size
         if self._mask is None or self._mask.shape[0] < rows or self._mask.shape[1] < cols:
             span = max(cols, len(self.prompt) + self.max_new_tokens + self._max_step)
             self._mask = torch.zeros(max(rows, self._max_step), span, dtype=self._mask_dtype, device=self.device)
         view = self._mask[:rows, :cols]
-        view[:, past:] = layout.mask_block
+        view[:, past:] = shape.mask_block
         return view
 
     def _add_output_ngrams(self, emitted: list[int]) -> None:

@@ -1,10 +1,11 @@
-"""``model.generate(..., custom_generate=lookahead_generate, lookahead="auto" | LookaheadConfig(...))``.
+"""``model.generate(..., custom_generate=lookahead_generate, lookahead=LookaheadConfig(...) | chooser)``.
 
 transformers prepares the generation config, logits processors and stopping criteria, then calls
 this function instead of its own decoding loop. It honours max_new_tokens, EOS ids, stopping
 criteria, sampling settings and a streamer (which generate does not hand to custom callables).
-``lookahead="auto"`` measures the model where it runs on first use (a few seconds, kept on the
-model) and then decodes with whatever is fastest there, plain decoding included.
+A step chooser picks each step's setting instead of a fixed one: ``core.autotune.auto_lookahead(model)``
+is Auto's, which measures the model where it runs once and then decodes with whatever is fastest
+there, plain decoding included (the caller keeps it, and it keeps learning across calls).
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from typing import Any
 import torch
 from transformers.utils import ModelOutput
 
-from core.lookahead.auto import AutoChooser, calibrate
 from core.lookahead.config import LookaheadConfig
-from core.lookahead.decoder import Decoding
+from core.lookahead.decoder import Decoding, StepChooser
 from core.lookahead.sampling import TokenPolicy
 from core.lookahead.stats import DecodeStats
 
@@ -37,15 +37,15 @@ def lookahead_generate(
     logits_processor: Any = None,
     stopping_criteria: Any = None,
     generation_config: Any = None,
-    lookahead: LookaheadConfig | str | None = None,
+    lookahead: LookaheadConfig | StepChooser | None = None,
     return_dict_in_generate: bool = False,
     **model_kwargs: Any,
 ) -> torch.LongTensor | LookaheadGenerateOutput:
     """Lookahead decoding as a transformers ``custom_generate`` callable (batch size 1).
 
     Args:
-        lookahead: W, N, G and pool options (default ``LookaheadConfig()``), or ``"auto"``: the fastest
-            exact decoding measured on this model and device (:func:`auto_chooser`).
+        lookahead: W, N, G and pool options (default ``LookaheadConfig()``), or a step chooser such as
+            ``core.autotune.auto_lookahead(model)``: the fastest exact decoding measured on this model and device.
         return_dict_in_generate: return a :class:`LookaheadGenerateOutput` instead of a tensor.
     """
     if input_ids.shape[0] != 1:
@@ -54,11 +54,12 @@ def lookahead_generate(
     if mask is not None and not bool(mask.all()):
         raise ValueError("lookahead_generate does not take padded inputs: pass the sequence without padding.")
     if isinstance(lookahead, str):
-        if lookahead != "auto":
-            raise ValueError(f"lookahead must be a LookaheadConfig or 'auto' (got {lookahead!r}).")
-        config, chooser = None, auto_chooser(model)
-    else:
+        raise ValueError(f"lookahead must be a LookaheadConfig or a step chooser (got {lookahead!r}); for Auto, "
+                         "pass lookahead=auto_lookahead(model), from core.autotune, made once and kept.")
+    if lookahead is None or isinstance(lookahead, LookaheadConfig):
         config, chooser = lookahead or LookaheadConfig(), None
+    else:
+        config, chooser = None, lookahead
     prompt_len = input_ids.shape[1]
     max_new = int(generation_config.max_length) - prompt_len
     if max_new < 1:
@@ -94,19 +95,6 @@ def lookahead_generate(
     if return_dict_in_generate:
         return LookaheadGenerateOutput(sequences=sequences, lookahead_stats=decoding.stats)
     return sequences
-
-
-def auto_chooser(model: Any) -> AutoChooser:
-    """The model's Auto chooser: calibrated on first use, then kept on the model (it keeps learning).
-
-    Measured again when the model's device, dtype or torch's thread count changed.
-    """
-    key = (str(model.device), str(model.get_input_embeddings().weight.dtype), torch.get_num_threads())
-    kept = getattr(model, "_lookahead_auto", None)
-    if kept is None or kept[0] != key:
-        kept = (key, AutoChooser(calibrate(model)))
-        model._lookahead_auto = kept
-    return kept[1]
 
 
 def _caller_streamer(model: Any) -> Any:

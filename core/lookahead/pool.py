@@ -18,6 +18,10 @@ class NGramPool:
         self.max_keys = max_keys
         self._pool: OrderedDict[int, OrderedDict[tuple[int, ...], None]] = OrderedDict()
 
+    def __len__(self) -> int:
+        """Keys stored."""
+        return len(self._pool)
+
     def add(self, gram: Sequence[int]) -> None:
         """Insert one n-gram (length ``ngram``), refreshing it if already present."""
         if self.per_key == 0:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from core.lookahead.verify import argmax, verify_greedy
+from transformers.generation.logits_process import LogitsProcessorList, MinPLogitsWarper, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 
 MIN_TEMPERATURE = 1e-3
@@ -41,15 +42,6 @@ class SamplingConfig:
 
     def processors(self) -> Any:
         """The equivalent transformers LogitsProcessorList."""
-        from transformers.generation.logits_process import (
-            LogitsProcessorList,
-            MinPLogitsWarper,
-            RepetitionPenaltyLogitsProcessor,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
-
         chain = LogitsProcessorList()
         if self.repetition_penalty != 1.0:
             chain.append(RepetitionPenaltyLogitsProcessor(self.repetition_penalty))

@@ -2,19 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
-
-import torch
-
-
-def device_sync(device: torch.device) -> None:
-    """Wait for queued device work so that a clock read measures it."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 @dataclass
@@ -56,12 +45,6 @@ class DecodeStats:
         return sum(self.step_seconds)
 
     @property
-    def mean_step_size(self) -> float:
-        """Average number of tokens fed per step after the prefill (1 for plain decoding)."""
-        decode_steps = self.steps - 1
-        return self.fed_tokens / decode_steps if decode_steps > 0 else 0.0
-
-    @property
     def time_to_first_token(self) -> float:
         return self.prefill_seconds
 
@@ -94,19 +77,3 @@ class DecodeStats:
     def settings_summary(self) -> str:
         """Which settings ran and for how many tokens, most tokens first: ``W5 N4 G5 180, plain 20``."""
         return ", ".join(f"{name} {count}" for name, count in self.setting_tokens.most_common())
-
-
-class StepTimer:
-    """Times one step: synchronises the device before reading the clock at both ends."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self._start = 0.0
-
-    def start(self) -> None:
-        device_sync(self.device)
-        self._start = time.perf_counter()
-
-    def stop(self) -> float:
-        device_sync(self.device)
-        return time.perf_counter() - self._start

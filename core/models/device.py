@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from core.models.errors import DeviceUnavailableError
+from core.runtime.memory import SystemMemory
 
 DTYPE_BY_NAME: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 NAME_BY_DTYPE: dict[torch.dtype, str] = {v: k for k, v in DTYPE_BY_NAME.items()}
 
-# dtype auto on the CPU loads fp32 (exact, and convertible); Auto's calibration (core.calibration)
+# dtype auto on the CPU loads fp32 (exact, and convertible); Auto's calibration (core.autotune)
 # then keeps it or converts to bf16, whichever decodes faster on this machine.
 CPU_DEFAULT_DTYPE = "fp32"
 FP32_MEMORY_SHARE = 0.4
@@ -67,43 +65,6 @@ def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return DTYPE_BY_NAME[CPU_DEFAULT_DTYPE]
-
-
-@dataclass(frozen=True)
-class SystemMemory:
-    """The computer's memory, in bytes: all of it, and what can be taken now without swapping."""
-
-    total: int
-    available: int
-
-
-def system_memory() -> SystemMemory | None:
-    """The computer's memory now; ``None`` where it cannot be read (neither Linux nor Windows)."""
-    if sys.platform == "win32":
-        return _windows_memory()
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        for line in Path("/proc/meminfo").read_text(encoding="ascii").splitlines():
-            if line.startswith("MemAvailable:"):
-                return SystemMemory(total, int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _windows_memory() -> SystemMemory | None:
-    import ctypes
-
-    class MemoryStatus(ctypes.Structure):
-        _fields_ = [("length", ctypes.c_ulong), ("load", ctypes.c_ulong), ("total", ctypes.c_ulonglong),
-                    ("available", ctypes.c_ulonglong), ("total_page", ctypes.c_ulonglong),
-                    ("available_page", ctypes.c_ulonglong), ("total_virtual", ctypes.c_ulonglong),
-                    ("available_virtual", ctypes.c_ulonglong), ("available_extended", ctypes.c_ulonglong)]
-
-    status = MemoryStatus(length=ctypes.sizeof(MemoryStatus))
-    if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
-        return None
-    return SystemMemory(status.total, status.available)
 
 
 def cpu_auto_dtype(parameters: int, memory: SystemMemory | None) -> torch.dtype:

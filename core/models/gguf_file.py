@@ -17,7 +17,7 @@ def validate_gguf(path: Path) -> str:
     """Check that ``path`` is a readable GGUF of an architecture transformers can load; return it."""
     if not path.is_file():
         raise ModelNotFoundError(f"The GGUF file {path} does not exist.", "Check the path, or choose another model.")
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # gguf (and numpy) load only when a GGUF file is chosen
 
     try:
         reader = GGUFReader(str(path))
@@ -43,7 +43,7 @@ def supported_gguf_architectures() -> set[str]:
     transformers' GGUF_CONFIG_MAPPING also holds the non-architecture sections 'general' and
     'tokenizer' and the encoder-decoder 't5'/'umt5', which cannot chat.
     """
-    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING  # transformers takes seconds to import: only when a GGUF file is chosen
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     return {a for a in GGUF_CONFIG_MAPPING if a in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES}
@@ -80,7 +80,7 @@ def convert_gguf_to_safetensors(gguf_file: Path, out_dir: Path) -> None:
     Models under 1B parameters keep fp32 (so greedy output is exactly reproducible); larger ones
     are stored in bf16 to halve memory and disk.
     """
-    import torch
+    import torch  # transformers takes seconds to import: only when a model is converted
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf_file.parent), gguf_file.name

@@ -24,7 +24,7 @@ def download_hub_model(
 
     The app runs with the hub in offline mode; this explicit download is the one exception.
     """
-    from huggingface_hub import constants, errors, snapshot_download
+    from huggingface_hub import constants, errors, snapshot_download  # huggingface_hub loads only for a download
     from tqdm.auto import tqdm
 
     class _ProgressBar(tqdm):  # type: ignore[misc]

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from core.models.default_model import fetch_default_model
-from core.models.device import DeviceInfo, cpu_auto_dtype, describe_device, resolve_device, resolve_dtype, system_memory
+from core.models.device import DeviceInfo, cpu_auto_dtype, describe_device, resolve_device, resolve_dtype
 from core.models.errors import (
     CorruptModelError,
     LoadCancelledError,
@@ -26,6 +26,11 @@ from core.models.hub import download_hub_model
 from core.models.options import LoadOptions, ModelSource
 from core.paths import AppPaths
 from core.progress import CancelToken, ProgressCallback, no_progress
+from core.runtime.memory import system_memory
+from core.runtime.prepared import PreparedModel
+from core.runtime.weights.quantized import quantize_model
+import json
+import struct
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +39,14 @@ FOUR_BIT_THRESHOLD = 1_000_000_000  # parameters; at and above this, CUDA loads 
 
 @dataclass
 class LoadedModel:
-    """A model ready to generate, with what the app shows about it."""
+    """A model ready to generate, with what the app shows about it.
 
-    model: Any  # transformers PreTrainedModel
+    ``prepared`` is the model as decoding runs it; preparing it for this machine (``core.autotune``)
+    may replace it with a faster variant (another dtype, int8 weights, a compiled step), and then
+    ``dtype`` and ``quantization`` say what it is now.
+    """
+
+    prepared: PreparedModel
     tokenizer: Any  # transformers PreTrainedTokenizerBase
     source: ModelSource
     device: torch.device
@@ -48,8 +58,24 @@ class LoadedModel:
     load_seconds: float
     requested_dtype: str = "auto"  # what the options asked for; Auto may change ``dtype`` on the CPU
     requested_quantization: str = "auto"  # likewise: Auto may pick int8 weights on the CPU
-    calibration: Any = None  # core.lookahead.auto.Calibration, once measured (core.calibration)
-    chooser: Any = None  # core.lookahead.auto.AutoChooser, kept across answers
+
+    @property
+    def model(self) -> Any:
+        """The transformers model (``PreTrainedModel``)."""
+        return self.prepared.model
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """Every token that ends an answer: the tokenizer's EOS and the generation config's."""
+        ids: set[int] = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        configured = getattr(self.model.generation_config, "eos_token_id", None)
+        if isinstance(configured, int):
+            ids.add(configured)
+        elif configured:
+            ids.update(int(i) for i in configured)
+        return sorted(ids)
 
     @property
     def name(self) -> str:
@@ -100,7 +126,7 @@ def load_model(
     model.eval()
     progress("Model ready", 1.0)
     return LoadedModel(
-        model=model,
+        prepared=PreparedModel(model),
         tokenizer=tokenizer,
         source=source,
         device=device,
@@ -134,7 +160,7 @@ def _local_folder(source: ModelSource, paths: AppPaths, progress: ProgressCallba
 
 
 def _read_config(folder: Path) -> Any:
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers takes about a second to import: only when a model loads
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
@@ -164,7 +190,7 @@ def _read_config(folder: Path) -> Any:
 
 def _count_parameters(config: Any) -> int:
     """Parameter count from the config alone (a meta-device model: no memory, no weights)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # transformers takes about a second to import: only when a model loads
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -175,7 +201,7 @@ def _resolve_quantization(requested: str, device: torch.device, parameters: int)
     if requested == "auto":
         return "4bit" if device.type == "cuda" and parameters >= FOUR_BIT_THRESHOLD else "none"
     if requested == "none" or device.type == "cpu":
-        return requested  # on the CPU, 8bit/4bit are PyTorch's own weight-only kernels (core.models.cpu_quant)
+        return requested  # on the CPU, 8bit/4bit are PyTorch's own weight-only kernels (core.runtime.weights.quantized)
     try:
         import bitsandbytes  # noqa: F401
     except Exception as err:  # ImportError, or a native library that fails to load
@@ -187,7 +213,7 @@ def _resolve_quantization(requested: str, device: torch.device, parameters: int)
 
 
 def _load_tokenizer(folder: Path) -> Any:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # transformers takes about a second to import: only when a model loads
 
     try:
         return AutoTokenizer.from_pretrained(folder)
@@ -200,9 +226,6 @@ def _load_tokenizer(folder: Path) -> Any:
 
 def _validate_safetensors(folder: Path) -> None:
     """Read every safetensors header and check the data fits the file: catches truncation early."""
-    import json
-    import struct
-
     for file in sorted(folder.glob("*.safetensors")):
         size = file.stat().st_size
         try:
@@ -224,14 +247,14 @@ def _load_weights(folder: Path, device: torch.device, dtype: torch.dtype, quanti
                   quantize_from: torch.dtype) -> Any:
     """The model's weights in ``dtype``; CPU int8/int4 weights are quantized from ``quantize_from`` ones
     (fp32, or bf16 for a model whose fp32 weights would crowd the memory: see ``cpu_auto_dtype``)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # transformers takes about a second to import: only when a model loads
 
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn}
     cpu_bits = {"8bit": 8, "4bit": 4}.get(quantization) if device.type == "cpu" else None
     if cpu_bits:
         kwargs["dtype"] = quantize_from  # then the rest is cast to ``dtype``
     elif quantization != "none":
-        from transformers import BitsAndBytesConfig
+        from transformers import BitsAndBytesConfig  # transformers takes about a second to import: only when a model loads
 
         if quantization == "4bit":
             kwargs["quantization_config"] = BitsAndBytesConfig(
@@ -246,8 +269,6 @@ def _load_weights(folder: Path, device: torch.device, dtype: torch.dtype, quanti
         if "device_map" not in kwargs:
             model.to(device)
         if cpu_bits:
-            from core.models.cpu_quant import quantize_model
-
             quantize_model(model, cpu_bits)
             model.to(dtype)
         return model

@@ -1,5 +1,5 @@
 """The local OpenAI-compatible HTTP server: request checks, routes, and the model runner contract.
 
-No Qt here: ``lookahead-chat serve`` runs it with :class:`core.server.runner.ThreadRunner`, the
-window runs it on its qasync loop through its own model worker (``app/server_control.py``).
+No Qt here: ``lookahead-chat serve`` runs it over a :class:`core.engine.model_thread.ModelThread`; the
+window runs it on its qasync loop over the same thread, through its model worker.
 """

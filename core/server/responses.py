@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Any
 
-from core.server.answer_job import Ended
+from core.server.answer_events import Ended
 
 MODE_HEADER = "X-Lookahead-Mode"
 TOKENS_PER_STEP_HEADER = "X-Lookahead-Tokens-Per-Step"

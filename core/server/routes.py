@@ -15,13 +15,13 @@ from aiohttp import web
 
 from core.progress import CancelToken
 from core.server.activity import Activity
-from core.server.answer_job import AnswerDefaults, Delta, Ended, Event, ServerAnswer, Started
+from core.server.answer_events import AnswerDefaults, Delta, Ended, Event, ServerAnswer, Started
 from core.server.config import ServerConfig
 from core.server.errors import ApiError
 from core.server.guard import OUTCOME, guard
 from core.server.protocol import CompletionRequest, parse_chat, parse_completion, parse_json
 from core.server.responses import MODE_HEADER, TOKENS_PER_STEP_HEADER, Shapes, sse
-from core.server.runner import ModelRunner
+from core.server.model_runner import ModelRunner
 
 Parse = Callable[[dict[str, Any], int], CompletionRequest]
 CANCELLED = "The answer was cancelled before it ended (the model is being replaced or the app is closing). Send it again."

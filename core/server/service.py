@@ -8,10 +8,10 @@ from collections.abc import Callable
 from aiohttp import web
 
 from core.server.activity import Activity
-from core.server.answer_job import AnswerDefaults
+from core.server.answer_events import AnswerDefaults
 from core.server.config import ServerConfig
 from core.server.routes import make_app
-from core.server.runner import ModelRunner
+from core.server.model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
 

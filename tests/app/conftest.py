@@ -22,7 +22,7 @@ def collect_qt_garbage_on_the_gui_thread() -> Iterator[None]:
     """Collect each test's dead windows here, on the GUI thread.
 
     Python's cyclic GC runs in whichever thread happens to allocate; left to chance, a later test's
-    model-worker thread can end up destroying an earlier test's widgets, and Qt crashes (seen once as
+    model thread can end up destroying an earlier test's widgets, and Qt crashes (seen once as
     a segfault inside json.loads on the worker thread).
     """
     yield

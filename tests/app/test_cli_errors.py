@@ -73,9 +73,9 @@ def test_warnings_on_the_terminal_carry_no_traceback_unless_verbose() -> None:
     except RuntimeError:
         import sys
 
-        record = logging.LogRecord("core.calibration", logging.WARNING, __file__, 1, "measuring failed: %s", ("boom",), sys.exc_info())
+        record = logging.LogRecord("core.autotune.prepare", logging.WARNING, __file__, 1, "measuring failed: %s", ("boom",), sys.exc_info())
     line = OneLineFormatter(LOG_FORMAT).format(record)
-    assert line == "WARNING core.calibration: measuring failed: boom (the details: run it again with --verbose)"
+    assert line == "WARNING core.autotune.prepare: measuring failed: boom (the details: run it again with --verbose)"
     assert "Traceback" in logging.Formatter(LOG_FORMAT).format(record)  # --verbose: the whole story, the record untouched
     record.exc_info = record.exc_text = None  # a warning without a traceback: no hint
-    assert OneLineFormatter(LOG_FORMAT).format(record) == "WARNING core.calibration: measuring failed: boom"
+    assert OneLineFormatter(LOG_FORMAT).format(record) == "WARNING core.autotune.prepare: measuring failed: boom"

@@ -16,8 +16,8 @@ SETTINGS = Settings(lookahead=LookaheadSettings(auto=False, window=3, ngram=3, g
 
 
 @pytest.fixture
-def page(qtbot, tiny_loaded, app_paths):
-    page = ComparePage(thread_call(tiny_loaded), app_paths, lambda: SETTINGS, lambda: 7)
+def page(qtbot, tiny_ready, app_paths):
+    page = ComparePage(thread_call(tiny_ready), app_paths, lambda: SETTINGS, lambda: 7)
     page.resize(1200, 800)
     qtbot.addWidget(page)
     page.show()
@@ -81,7 +81,7 @@ def test_suites_run_from_the_page_fill_the_table(qtbot, page):
     assert page.suites.progress.value() == 1000
 
 
-def test_stop_of_a_comparison_queued_behind_other_work_returns_the_page_to_idle(qtbot, app_paths, tiny_loaded):
+def test_stop_of_a_comparison_queued_behind_other_work_returns_the_page_to_idle(qtbot, app_paths, tiny_ready):
     queued = []  # a model thread busy elsewhere: the job waits here
     page = ComparePage(queued.append, app_paths, lambda: SETTINGS)
     qtbot.addWidget(page)
@@ -91,7 +91,7 @@ def test_stop_of_a_comparison_queued_behind_other_work_returns_the_page_to_idle(
     assert not page.runner.busy and page.compare_button.isEnabled() and page.status.text() == "Stopped."
     compared = []
     page.runner.compared.connect(compared.append)
-    assert queued[0].run(tiny_loaded) == "aborted"  # reached later, the job is skipped without a step
+    assert queued[0].run(tiny_ready) == "aborted"  # reached later, the job is skipped without a step
     qtbot.wait(50)
     assert compared == [] and page.comparison is None and not page.runner.busy
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from core.chat.prompt import SYSTEM_FOLDED_NOTE
-from core.jobs import OOM_ADVICE, StepsJob
+from core.engine.jobs import OOM_ADVICE, StepsJob
 from core.models.options import ModelSource
 from core.progress import CancelToken
 from core.settings import SettingsStore

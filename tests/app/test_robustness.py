@@ -22,7 +22,7 @@ def forward_hook() -> Iterator[Callable[[Callable[[int], None]], None]]:
         calls = [0]
 
         def hook(module: torch.nn.Module, _args: tuple) -> None:
-            if threading.current_thread().name == "model-worker" and isinstance(module, torch.nn.Embedding):
+            if threading.current_thread().name == "model-thread" and isinstance(module, torch.nn.Embedding):
                 calls[0] += 1
                 action(calls[0])
 

@@ -14,7 +14,7 @@ from app.chat_view import ChatView
 from app.composer import Composer
 from app.settings_dialog import SettingsDialog
 from core.compare.record import Comparison
-from core.jobs import JobFailure, StepsJob
+from core.engine.jobs import JobFailure, StepsJob
 from core.models.options import ModelSource
 from core.progress import CancelToken
 from core.settings import Settings
@@ -247,14 +247,14 @@ def test_other_modes_run_jobs_on_the_model_worker(tiny_settings, open_window, qt
 
         def finished(self) -> None: ...
 
-    def failing(loaded):
+    def failing(ready):
         yield 1 / 0
 
-    window.worker.run_job(StepsJob(lambda loaded: iter([(threading.current_thread().name, loaded.name)]), Listener(), CancelToken()))
+    window.worker.run_job(StepsJob(lambda ready: iter([(threading.current_thread().name, ready.loaded.name)]), Listener(), CancelToken()))
     window.worker.run_job(StepsJob(failing, Listener(), CancelToken(), "The test job"))  # reported; the worker keeps going
-    window.worker.run_job(StepsJob(lambda loaded: iter([("after", "")]), Listener(), CancelToken()))
+    window.worker.run_job(StepsJob(lambda ready: iter([("after", "")]), Listener(), CancelToken()))
     qtbot.waitUntil(lambda: len(seen) == 2, timeout=10_000)
-    assert seen[0][0] == "model-worker" and seen[0][1] == window.model.name
+    assert seen[0][0] == "model-thread" and seen[0][1] == window.model.name
     assert [f.kind for f in failures] == ["unexpected"] and "ZeroDivisionError" in failures[0].message
     index = window.add_page(QLabel("compare"))
     assert window.pages.widget(index).text() == "compare" and window.pages.currentIndex() == 0

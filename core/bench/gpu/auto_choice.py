@@ -1,4 +1,4 @@
-"""What Auto picks on this device, and the chooser that then decodes: ``core.lookahead.auto``."""
+"""What Auto picks on this device, and the chooser that then decodes: ``core.autotune.chooser``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 from core.lookahead import LookaheadConfig
-from core.lookahead.auto import AutoChooser, calibrate
+from core.autotune.calibration import calibrate
+from core.autotune.chooser import AutoChooser
 
 
 @dataclass

@@ -16,7 +16,7 @@ import torch
 
 from core.lookahead import Decoding, LookaheadConfig
 
-SLACK_BYTES = 16 << 20  # step layouts cached on the device by core.lookahead.layout
+SLACK_BYTES = 16 << 20  # step layouts cached on the device by core.lookahead.step_shape
 
 
 @dataclass

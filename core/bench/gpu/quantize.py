@@ -17,7 +17,7 @@ import torch
 def bitsandbytes_status() -> tuple[bool, str]:
     """Whether bitsandbytes can be used here, and a line saying which version or why not."""
     try:
-        import bitsandbytes
+        import bitsandbytes  # optional: the GPU check runs without bitsandbytes
     except Exception as err:  # ImportError, or a native library that fails to load
         return False, f"bitsandbytes not importable ({type(err).__name__}: {err}): 4-bit and 8-bit skipped"
     return True, f"bitsandbytes {bitsandbytes.__version__}"
@@ -25,7 +25,7 @@ def bitsandbytes_status() -> tuple[bool, str]:
 
 def quantize_linears(model: Any, mode: str, compute_dtype: torch.dtype) -> int:
     """Replace every ``nn.Linear`` inside the decoder layers by a bitsandbytes one; return how many."""
-    import bitsandbytes as bnb
+    import bitsandbytes as bnb  # optional: the GPU check runs without bitsandbytes
 
     replaced = 0
     for layer in model.model.layers:

@@ -20,8 +20,9 @@ from core.bench.gpu.budget import Deadline
 from core.bench.join_parts import is_split, join_folder
 from core.chat.prompt import Message, encode_messages
 from core.lookahead import Decoding, LookaheadConfig
-from core.lookahead.auto import AutoChooser
-from core.lookahead.stats import device_sync
+from core.autotune.chooser import AutoChooser
+from core.runtime.timing import device_sync
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 PAPER_GRID = (LookaheadConfig(5, 3, 5), LookaheadConfig(7, 5, 7), LookaheadConfig(10, 5, 10), LookaheadConfig(15, 5, 15))
 SYSTEM_PROMPT = "You are a helpful assistant."
@@ -59,8 +60,6 @@ class MethodResult:
 
 def load_folder(folder: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any, list[str]]:
     """The model and tokenizer of ``folder`` (joined first if it holds parts), and notes on what was done."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     notes = []
     if is_split(folder):
         joined = join_folder(folder)

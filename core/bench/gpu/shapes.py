@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from core.bench.gpu.quantize import quantize_linears
+from transformers import AutoModelForCausalLM, LlamaConfig
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,6 @@ class Shape:
     init_std: float = 0.02  # transformers' LLaMA default; the tiny shape needs more to avoid repeating one token
 
     def config(self) -> Any:
-        from transformers import LlamaConfig
-
         return LlamaConfig(
             vocab_size=self.vocab, hidden_size=self.hidden, intermediate_size=self.intermediate,
             num_hidden_layers=self.layers, num_attention_heads=self.heads, num_key_value_heads=self.kv_heads,
@@ -61,8 +60,6 @@ def random_model(shape: Shape, mode: str, device: torch.device, seed: int = 0) -
     8-bit linear layers (fp16 everywhere else). Tensors are created on the device itself, so the
     initialisation runs there (seconds for 8B on a GPU, no host copy of the weights).
     """
-    from transformers import AutoModelForCausalLM
-
     dtype = MODES.get(mode, torch.float16)
     torch.manual_seed(seed)
     with torch.device(device):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core.lookahead.auto import measure_step_seconds
+from core.autotune.measure import measure_step_seconds
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 

@@ -9,7 +9,7 @@ import pytest
 from app.cli import main
 from core.bench.report import markdown_table, summarize
 from core.bench.runner import BenchRunner, Method, standard_methods
-from core.bench.suites import DEFAULT_SUITES, available_suites, load_suite
+from core.suites import DEFAULT_SUITES, available_suites, load_suite
 from core.lookahead import LookaheadConfig
 from core.progress import CancelToken
 
@@ -50,9 +50,13 @@ def test_runner_compares_methods_on_identical_prompts(tiny_loaded) -> None:
 
 
 def test_runner_runs_each_dtype_and_auto_with_the_chat_repetition_penalty(tiny_loaded) -> None:
-    from core.lookahead.auto import AutoChooser, calibrate_dtypes
+    from core.autotune.calibration import calibrate_dtypes
+    from core.autotune.chooser import AutoChooser
+    from core.runtime.prepared import PreparedModel
+    from core.runtime.weights.variants import bf16_copy
 
-    runner = BenchRunner(tiny_loaded, max_new_tokens=10, extra_dtypes=["bf16"], repetition_penalty=1.1)
+    models = {"fp32": tiny_loaded.prepared, "bf16": PreparedModel(bf16_copy(tiny_loaded.model))}
+    runner = BenchRunner(tiny_loaded, max_new_tokens=10, repetition_penalty=1.1, models=models)
     assert set(runner.models) == {"fp32", "bf16"}
     runner.chooser = AutoChooser(calibrate_dtypes(runner.models))
     methods = [Method("plain loop [fp32]", "loop", dtype="fp32"), Method("plain loop [bf16]", "loop", dtype="bf16"),
@@ -70,11 +74,13 @@ def test_runner_runs_each_dtype_and_auto_with_the_chat_repetition_penalty(tiny_l
 
 
 def test_auto_runs_on_the_model_variant_its_calibration_chose(tiny_loaded) -> None:
-    from core.calibration import int8_copy
-    from core.lookahead.auto import AutoChooser, calibrate_dtypes
+    from core.autotune.calibration import calibrate_dtypes
+    from core.autotune.chooser import AutoChooser
+    from core.runtime.prepared import PreparedModel
+    from core.runtime.weights.variants import int8_copy
 
     int8 = int8_copy(tiny_loaded.model)
-    runner = BenchRunner(tiny_loaded, max_new_tokens=6, extra_models={"int8": int8})
+    runner = BenchRunner(tiny_loaded, max_new_tokens=6, models={"fp32": tiny_loaded.prepared, "int8": PreparedModel(int8)})
     assert set(runner.models) == {"fp32", "int8"}
     calibration = calibrate_dtypes(runner.models)
     calibration.quantization = "8bit"  # as when int8 weights measure clearly faster

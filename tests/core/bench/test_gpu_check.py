@@ -37,6 +37,14 @@ def test_bare_interpreter_lacks_the_app_packages(bare: Path, module: str) -> Non
     assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr
 
 
+def test_the_algorithm_runtime_and_auto_import_in_the_bare_interpreter(bare: Path) -> None:
+    """What a transformers user takes: lookahead decoding, and Auto's chooser with it."""
+    code = ("from core.lookahead import lookahead_generate; from core.autotune import auto_lookahead; "
+            "import core.runtime.prepared, core.runtime.compiled.step, core.autotune.calibration; print('ok')")
+    proc = _run(bare, "-c", code)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def report(bare: Path, tiny_model_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, Path]:
     """gpu_check --device cpu --tiny with a real (tiny) model folder split into parts, as it is carried."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.bench.overhead import CATEGORIES, category, profile_steps, profile_table
-from core.models.cpu_packed import packing_available
+from core.runtime.weights.packed import packing_available
 from tests.conftest import make_model, tiny_llama_config
 
 

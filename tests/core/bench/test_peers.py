@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from core.bench import peers
+from core.runtime.prepared import PreparedModel
 from core.bench.peers import PeerBuildError, PeerRow
-from core.models.cpu_quant import Int4WeightLinear, Int8WeightLinear
+from core.runtime.weights.quantized import Int4WeightLinear, Int8WeightLinear
 from core.paths import AppPaths
 from tests.conftest import make_model, tiny_llama_config
 
@@ -72,16 +73,16 @@ def test_our_models_and_plain_rate() -> None:
     base = make_model(tiny_llama_config(96))
     assert our_dtype(peers.our_model(base, "fp32")) == torch.float32
     assert our_dtype(peers.our_model(base, "bf16")) == torch.bfloat16
-    assert isinstance(peers.our_model(base, "int8").lm_head, Int8WeightLinear)
-    assert isinstance(peers.our_model(base, "int4").model.layers[0].mlp.up_proj, Int4WeightLinear)
+    assert isinstance(peers.our_model(base, "int8").model.lm_head, Int8WeightLinear)
+    assert isinstance(peers.our_model(base, "int4").model.model.layers[0].mlp.up_proj, Int4WeightLinear)
     assert isinstance(base.lm_head, torch.nn.Linear)  # copies: the base is untouched
     with pytest.raises(ValueError, match="Unknown precision"):
         peers.our_model(base, "fp8")
-    assert peers.our_plain_rate(base, tokens=8, repetitions=1) > 0
+    assert peers.our_plain_rate(PreparedModel(base), tokens=8, repetitions=1) > 0
 
 
-def our_dtype(model) -> torch.dtype:
-    return model.get_input_embeddings().weight.dtype
+def our_dtype(model: PreparedModel) -> torch.dtype:
+    return model.dtype
 
 
 def test_real_llama_bench_when_built(real_paths: AppPaths) -> None:

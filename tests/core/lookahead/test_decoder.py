@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.chat.answer import eos_token_ids
 from core.chat.prompt import Message, encode_messages
 from core.lookahead import Decoding, LookaheadConfig
 from tests.conftest import make_model, tiny_llama_config
@@ -17,8 +16,8 @@ def test_jacobi_branch_alone_gives_more_than_one_token_per_step(default_loaded) 
     lookahead mask or window shift leaves exactness intact but drops this to about 1."""
     ids = encode_messages(default_loaded.tokenizer, [Message("user", "Count from 1 to 40, separated by commas.")])
     config = LookaheadConfig(5, 4, 5, pool_from_prompt=False, pool_from_output=False)
-    look = Decoding(default_loaded.model, ids, lookahead=config, max_new_tokens=48, eos_token_ids=eos_token_ids(default_loaded))
-    plain = Decoding(default_loaded.model, ids, max_new_tokens=48, eos_token_ids=eos_token_ids(default_loaded))
+    look = Decoding(default_loaded.model, ids, lookahead=config, max_new_tokens=48, eos_token_ids=default_loaded.eos_token_ids)
+    plain = Decoding(default_loaded.model, ids, max_new_tokens=48, eos_token_ids=default_loaded.eos_token_ids)
     list(look), list(plain)
     assert look.tokens == plain.tokens
     assert look.stats.tokens_per_step > 1.8, look.stats.accepted_histogram
@@ -58,7 +57,7 @@ def test_switching_settings_every_step_keeps_greedy_output_exact(seed: int) -> N
 
 
 def test_step_mask_is_one_buffer_reused_across_steps(monkeypatch) -> None:
-    from core.lookahead.llama_step import LlamaStep
+    from core.runtime.lean_step import LlamaStep
 
     model = make_model(tiny_llama_config(96), seed=3)
     pointers: set[int] = set()

@@ -71,7 +71,7 @@ def test_auto_dtype_on_cpu_loads_fp32_for_auto_to_measure(tiny_model_folder: Pat
         pytest.skip("'auto' picks the GPU here; this checks the CPU default")
     loaded = _load(tiny_model_folder, app_paths, LoadOptions())
     assert loaded.dtype == torch.float32 and next(loaded.model.parameters()).dtype == torch.float32
-    assert loaded.requested_dtype == "auto"  # core.calibration then keeps fp32 or converts to bf16
+    assert loaded.requested_dtype == "auto"  # core.autotune.prepare then keeps fp32 or converts to bf16
 
 
 def test_cancel_before_load(tiny_model_folder: Path, app_paths: AppPaths) -> None:
@@ -228,8 +228,8 @@ def test_cpu_int8_of_a_model_too_big_for_fp32_is_quantized_from_bf16(tiny_model_
     from transformers import AutoModelForCausalLM
 
     from core.models import loader
-    from core.models.cpu_quant import Int8WeightLinear
-    from core.models.device import SystemMemory
+    from core.runtime.weights.quantized import Int8WeightLinear
+    from core.runtime.memory import SystemMemory
 
     def expected(source: torch.dtype) -> torch.Tensor:
         linear = AutoModelForCausalLM.from_pretrained(tiny_model_folder, dtype=source).model.layers[0].mlp.up_proj

@@ -1,4 +1,4 @@
-"""A real server over the tiny model: a ThreadRunner, an asyncio loop on its own thread, a real socket."""
+"""A real server over the tiny model: a model thread, an asyncio loop on its own thread, a real socket."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from core.engine.model_thread import ModelThread
+from core.engine.ready import ReadyModel
 from core.models import LoadOptions, ModelSource, load_model
 from core.paths import AppPaths
-from core.server.answer_job import AnswerDefaults
+from core.server.answer_events import AnswerDefaults
 from core.server.config import ServerConfig
-from core.server.runner import ThreadRunner
 from core.server.service import LocalServer
 from core.settings import LookaheadSettings, SamplingSettings
+from tests.conftest import unmeasured
 
 TINY_DEFAULTS = AnswerDefaults("lookahead", LookaheadSettings(auto=False, window=4, ngram=3, guesses=4),
                                SamplingSettings(max_new_tokens=24))
@@ -24,7 +26,7 @@ TINY_DEFAULTS = AnswerDefaults("lookahead", LookaheadSettings(auto=False, window
 class Served:
     """A started :class:`LocalServer` on a loop thread; :meth:`close` stops it."""
 
-    def __init__(self, runner: ThreadRunner, config: ServerConfig, defaults: AnswerDefaults) -> None:
+    def __init__(self, runner: ModelThread, config: ServerConfig, defaults: AnswerDefaults) -> None:
         self.runner = runner
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="server-loop", daemon=True)
@@ -47,18 +49,28 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def tiny_runner(tiny_model_folder: Path, tmp_path_factory: pytest.TempPathFactory, real_paths: AppPaths) -> Iterator[ThreadRunner]:
-    """The tiny model on a ThreadRunner, shared by a module's tests."""
+def server_paths(tmp_path_factory: pytest.TempPathFactory, real_paths: AppPaths) -> AppPaths:
     tmp = tmp_path_factory.mktemp("server")
-    paths = AppPaths(tmp / "config", tmp / "data", real_paths.cache_dir).ensure()
-    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu", dtype="fp32"), paths)
-    runner = ThreadRunner(loaded)
+    return AppPaths(tmp / "config", tmp / "data", real_paths.cache_dir).ensure()
+
+
+@pytest.fixture(scope="module")
+def server_ready(tiny_model_folder: Path, server_paths: AppPaths) -> ReadyModel:
+    """The tiny model, Auto not measured (it decodes plain), shared by a module's tests."""
+    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu", dtype="fp32"), server_paths)
+    return unmeasured(loaded)
+
+
+@pytest.fixture(scope="module")
+def tiny_runner(server_ready: ReadyModel, server_paths: AppPaths) -> Iterator[ModelThread]:
+    """The tiny model on a model thread, shared by a module's tests."""
+    runner = ModelThread(server_paths, ready=server_ready)
     yield runner
     assert runner.close()
 
 
 @pytest.fixture
-def serve(tiny_runner: ThreadRunner) -> Iterator[Callable[..., Served]]:
+def serve(tiny_runner: ModelThread) -> Iterator[Callable[..., Served]]:
     """Start a server over the tiny runner on a free loopback port: ``serve(api_key=..., max_tokens=...)``."""
     started: list[Served] = []
 

@@ -10,7 +10,8 @@ import pytest
 
 from core.chat.answer import Answer
 from core.chat.prompt import Message
-from core.tuning import decoding_plan
+from core.autotune.prepare import AutoTuning
+from core.engine.plan import decoding_plan
 from tests.core.server.conftest import TINY_DEFAULTS
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three colours."}]
@@ -22,7 +23,7 @@ def client(served, **options) -> openai.OpenAI:
 
 def direct_answer(loaded, messages, max_new_tokens: int = 24) -> str:
     """The same request run straight through core.chat.answer (what the window runs)."""
-    plan = decoding_plan(TINY_DEFAULTS.mode, TINY_DEFAULTS.lookahead, loaded)
+    plan = decoding_plan(TINY_DEFAULTS.mode, TINY_DEFAULTS.lookahead, loaded, AutoTuning("Auto: plain"))
     sampling = TINY_DEFAULTS.sampling
     answer = Answer(loaded, [Message(m["role"], m["content"]) for m in messages] if isinstance(messages, list) else messages,
                     lookahead=plan.lookahead, max_new_tokens=max_new_tokens, sampling=sampling)
@@ -36,12 +37,12 @@ def test_models_lists_the_loaded_model(serve, tiny_runner):
     assert [m.id for m in models.data] == [tiny_runner.model_name]
 
 
-def test_chat_completion_equals_the_direct_answer_with_usage_and_lookahead_figures(serve, tiny_runner):
+def test_chat_completion_equals_the_direct_answer_with_usage_and_lookahead_figures(serve, tiny_runner, server_ready):
     served = serve()
     raw = client(served).chat.completions.with_raw_response.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0)
     completion = raw.parse()
     text = completion.choices[0].message.content
-    assert text == direct_answer(tiny_runner.loaded, MESSAGES)
+    assert text == direct_answer(server_ready.loaded, MESSAGES)
     assert completion.choices[0].finish_reason in ("stop", "length")
     assert completion.usage.completion_tokens > 0 and completion.usage.prompt_tokens > 0
     figures = completion.model_extra["lookahead"]
@@ -75,11 +76,11 @@ def test_plain_and_lookahead_modes_give_the_same_greedy_text(serve, tiny_runner)
     assert answers["plain"][1] == "plain" and answers["lookahead"][1].startswith("lookahead")
 
 
-def test_text_completion_streamed_and_not(serve, tiny_runner):
+def test_text_completion_streamed_and_not(serve, tiny_runner, server_ready):
     api = client(serve())
     prompt = "def add(a, b):\n"
     whole = api.completions.create(model=tiny_runner.model_name, prompt=prompt, max_tokens=12, temperature=0)
-    assert whole.choices[0].text == direct_answer(tiny_runner.loaded, prompt, 12)
+    assert whole.choices[0].text == direct_answer(server_ready.loaded, prompt, 12)
     assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 12
     streamed = "".join(c.choices[0].text for c in api.completions.create(
         model=tiny_runner.model_name, prompt=prompt, max_tokens=12, temperature=0, stream=True))
@@ -98,9 +99,9 @@ def test_seeded_sampling_repeats_and_stop_strings_cut(serve, tiny_runner):
     assert cut.choices[0].finish_reason == "stop"
 
 
-def test_concurrent_clients_all_complete_with_their_own_answers(serve, tiny_runner):
+def test_concurrent_clients_all_complete_with_their_own_answers(serve, tiny_runner, server_ready):
     served = serve()
-    expected = {n: direct_answer(tiny_runner.loaded, [{"role": "user", "content": f"Count to {n}."}]) for n in range(6)}
+    expected = {n: direct_answer(server_ready.loaded, [{"role": "user", "content": f"Count to {n}."}]) for n in range(6)}
     results: dict[int, str] = {}
 
     def ask(n: int) -> None:
@@ -117,7 +118,7 @@ def test_concurrent_clients_all_complete_with_their_own_answers(serve, tiny_runn
     assert tiny_runner.pending == 0
 
 
-def test_a_client_that_disconnects_mid_stream_cancels_its_answer_within_a_step(serve, tiny_runner):
+def test_a_client_that_disconnects_mid_stream_cancels_its_answer_within_a_step(serve, tiny_runner, server_ready):
     served = serve(max_tokens=900)
     aborted = tiny_runner.endings["aborted"]
     stream = client(served).chat.completions.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0,
@@ -135,4 +136,4 @@ def test_a_client_that_disconnects_mid_stream_cancels_its_answer_within_a_step(s
         time.sleep(0.01)
     assert [r.status for r in served.server.activity.recent][-1] == 499
     again = client(served).chat.completions.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0)
-    assert again.choices[0].message.content == direct_answer(tiny_runner.loaded, MESSAGES)
+    assert again.choices[0].message.content == direct_answer(server_ready.loaded, MESSAGES)

@@ -1,10 +1,10 @@
-"""The headless model runner: one thread, jobs in arrival order, no job's failure stops it."""
+"""The model thread the server runs on: jobs in arrival order, no job's failure stops it."""
 
 from __future__ import annotations
 
 import threading
 
-from core.jobs import StepsJob
+from core.engine.jobs import StepsJob
 from core.progress import CancelToken
 
 
@@ -36,9 +36,9 @@ def test_jobs_run_in_order_a_cancelled_one_is_skipped_and_a_failing_one_does_not
     gate = threading.Event()
 
     def steps(name: str, fail: bool = False):
-        def build(loaded):
+        def build(ready):
             built.append(name)
-            assert loaded is tiny_runner.loaded
+            assert ready.loaded.name == tiny_runner.model_name
             if name == "first":
                 gate.wait(10)  # holds the thread until the others are queued
             if fail:

@@ -1,0 +1,128 @@
+"""``lookahead-chat bench``: the decoding methods side by side on the suites, as a table, JSON and a chart."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from app.cli import peers
+from app.cli.loading import load_from_args
+from app.cli.output import one_line_errors, progress_printer
+from core.autotune.chooser import AutoChooser
+from core.autotune.prepare import calibrate_variants
+from core.bench.overhead import profile_steps, profile_table
+from core.bench.report import markdown_table, report_json, summarize
+from core.bench.runner import AUTO, PLAIN_LOOP, REFERENCE, BenchRunner, Method
+from core.bench.variants import bench_variants
+from core.lookahead.config import LookaheadConfig
+from core.paths import AppPaths
+from core.runtime.compiled.package import set_compile_cache
+from core.runtime.weights.packed import layout_of
+from core.suites import load_suite
+
+
+@one_line_errors
+def run(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Benchmark the methods side by side; print a Markdown table, write JSON and a PNG chart."""
+    if args.peers:
+        return peers.run(args, paths)
+    try:
+        suites = [load_suite(name.strip(), args.limit) for name in args.suites.split(",") if name.strip()]
+        dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()] if args.dtypes else []
+        if any(d not in ("fp32", "bf16", "fp16") for d in dtypes):
+            raise ValueError(f"--dtypes takes fp32, bf16 and fp16, comma-separated (got {args.dtypes!r})")
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    specs = [s.strip() for s in args.configs.split(",") if s.strip()]
+    fixed = []
+    for spec in specs:
+        try:
+            if spec != "auto":
+                fixed.append(_parse_config(spec))
+        except ValueError as err:
+            print(f"error: bad --configs entry '{spec}': give 'auto' or W:N:G such as 7:5:7 ({err}).", file=sys.stderr)
+            return 1
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    set_compile_cache(paths.cache_dir)
+    settings, loaded = load_from_args(args, paths)
+    if args.overhead:
+        print(profile_table(profile_steps(loaded.model)))
+        return 0
+    variants = bench_variants(loaded, dtypes)  # as the app's calibration prepares them
+    runner = BenchRunner(loaded, args.max_new_tokens, repetition_penalty=args.repetition_penalty, models=variants.models)
+    names = list(runner.models)
+    layouts = {name: layout_of(model.model) for name, model in variants.models.items()}
+    compiled = [name for name, model in variants.models.items() if model.compiled is not None]
+    print("weight layouts: " + ", ".join(f"{name} {layout}" for name, layout in layouts.items())
+          + f"; compiled 1-token step: {', '.join(compiled) or 'none'}", file=sys.stderr)
+    tag = (lambda d: f" [{d}]") if len(names) > 1 else (lambda d: "")
+    calibration = None
+    if "auto" in specs:
+        start = time.perf_counter()
+        calibration = calibrate_variants(variants)
+        runner.chooser = AutoChooser(calibration)
+        print(f"{calibration.reason}; runs {calibration.variant}; calibration {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    run_dtype = calibration.variant if calibration else names[0]
+    methods: list[Method] = []
+    for d in names:
+        if not args.no_peers:
+            methods.append(Method(REFERENCE + tag(d), "generate", dtype=d))
+        methods.append(Method(PLAIN_LOOP + tag(d), "loop", dtype=d))
+    if calibration is not None:
+        methods.append(Method(AUTO + tag(run_dtype), AUTO))
+    pools = {"on": ["prompt"], "off": ["none"], "both": ["prompt", "none"]}[args.prompt_pool]
+    if args.conversation_pool:
+        pools += ["message", "conversation"]
+    for config in fixed:
+        for pool in pools:
+            suffix = "" if pool == "prompt" else f" {pool} pool" if pool != "none" else " no prompt pool"
+            methods.append(Method(f"lookahead {config.label}{suffix}{tag(run_dtype)}", "loop", config, pool=pool, dtype=run_dtype))
+    if not args.no_peers:
+        methods.append(Method(f"prompt lookup {10}{tag(run_dtype)}", "prompt_lookup", dtype=run_dtype))
+    runner.warm_up(methods)
+    start = time.perf_counter()
+    results = runner.run(suites, methods, progress_printer("bench: "))
+    rows = summarize(results, REFERENCE + tag(names[0]), PLAIN_LOOP + tag(names[0]))
+    penalty = f", repetition penalty {args.repetition_penalty}" if args.repetition_penalty != 1.0 else ""
+    title = (f"{loaded.name}, {loaded.device_info.label}, {'/'.join(names)}, {torch.get_num_threads()} threads, "
+             f"{args.max_new_tokens} new tokens{penalty}")
+    print(markdown_table(rows, title))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtypes": names, "layouts": layouts, "compiled": compiled,
+            "threads": torch.get_num_threads(),
+            "max_new_tokens": args.max_new_tokens, "repetition_penalty": args.repetition_penalty,
+            "seconds": time.perf_counter() - start, "suites": [s.name for s in suites], "methods": [m.name for m in methods],
+            "calibration": calibration.as_dict() if calibration else None,
+            "auto_rates": runner.chooser.rates() if runner.chooser else None,
+            "auto_learned": {k: list(v) for k, v in runner.chooser.learned().items()} if runner.chooser else None}
+    (out / "bench.json").write_text(json.dumps(report_json(rows, results, meta), indent=1))
+    _save_chart(rows, out / "bench.png")
+    print(f"Wrote {out / 'bench.json'} and {out / 'bench.png'}.", file=sys.stderr)
+    return 0
+
+
+def _parse_config(spec: str) -> LookaheadConfig:
+    """``W:N:G`` as a validated config."""
+    parts = spec.split(":")
+    if len(parts) != 3:
+        raise ValueError("three numbers are needed")
+    window, ngram, guesses = (int(v) for v in parts)
+    return LookaheadConfig(window, ngram, guesses)
+
+
+def _save_chart(rows: Any, path: Path) -> None:
+    """Draw the per-suite chart with the app's QPainter charts (offscreen)."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from app.charts import save_bench_chart  # Qt, only to draw the chart: after the platform is set
+
+    save_bench_chart(rows, path)

@@ -1,0 +1,26 @@
+"""Loading the model a command runs on: the one the settings name, with the command line's overrides."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from transformers.utils import logging as transformers_logging
+
+from app.cli.output import progress_printer
+from core.models import LoadedModel, load_model
+from core.models.options import source_from_spec
+from core.paths import AppPaths
+from core.settings import Settings, SettingsStore
+
+
+def load_from_args(args: argparse.Namespace, paths: AppPaths) -> tuple[Settings, LoadedModel]:
+    """The settings, and the model they name (or ``--model``) loaded with ``--device``, ``--dtype``, ``--quantization``."""
+    transformers_logging.disable_progress_bar()  # our own progress line says the same, once
+    settings = SettingsStore(paths.config_dir).load().settings
+    source = source_from_spec(args.model) if args.model else settings.source
+    options = replace(
+        settings.load,
+        **{k: v for k, v in (("device", args.device), ("dtype", args.dtype), ("quantization", args.quantization)) if v},
+    )
+    return settings, load_model(source, options, paths.ensure(), progress_printer(f"{source.display_name}: "))

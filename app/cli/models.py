@@ -1,0 +1,75 @@
+"""``lookahead-chat models``, ``fetch-default``, ``export-model`` and ``quality``: the models themselves."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app.cli.loading import load_from_args
+from app.cli.output import one_line_errors, progress_printer
+from core.bench.export import export_model as write_export
+from core.bench.perplexity import perplexity, quality_text_path
+from core.models import LoadOptions, ModelSource, load_model
+from core.models.default_model import fetch_default_model, is_default_model_ready
+from core.models.device import DTYPE_BY_NAME
+from core.models.options import QUANTIZATIONS, source_from_spec
+from core.models.registry import ModelRegistry
+from core.paths import AppPaths
+
+
+@one_line_errors
+def fetch_default(args: argparse.Namespace, paths: AppPaths) -> int:
+    if is_default_model_ready(paths):
+        print(f"Default model already cached in {paths.models_dir}.")
+        return 0
+    folder = fetch_default_model(paths.ensure(), progress_printer())
+    print(f"Default model ready in {folder}.")
+    return 0
+
+
+@one_line_errors
+def models(args: argparse.Namespace, paths: AppPaths) -> int:
+    for known in ModelRegistry(paths).known():
+        state = "ready" if known.available else "not downloaded"
+        where = known.source.location or "embedded default"
+        print(f"{known.name:32} {known.source.kind:8} {state:15} {where}")
+    return 0
+
+
+@one_line_errors
+def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Write a model (the default one unless --model) as a safetensors folder, optionally in parts."""
+    source = source_from_spec(args.model) if args.model else ModelSource()
+    loaded = load_model(source, LoadOptions(device="cpu", dtype=args.dtype, quantization="none"), paths.ensure(),
+                        progress_printer(f"{source.display_name}: "))
+    try:
+        result = write_export(loaded, Path(args.out), DTYPE_BY_NAME[args.dtype], args.split_mb * 10**6 if args.split_mb > 0 else None)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for name, size in result.files:
+        print(f"{size / 10**6:10.1f} MB  {result.folder / name}")
+    if result.split:
+        print(f"Split into parts: on the other side run `python -m core.bench.join_parts {result.folder}` "
+              "(gpu_check --model joins them by itself).")
+    return 0
+
+
+@one_line_errors
+def quality(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Perplexity of the model on the shipped fixed text, per quantization (answer quality before and after)."""
+    chosen = [q.strip() for q in args.quantizations.split(",") if q.strip()]
+    if not chosen or any(q not in QUANTIZATIONS[1:] for q in chosen):
+        print(f"error: --quantizations takes none, 8bit and 4bit, comma-separated (got {args.quantizations!r})", file=sys.stderr)
+        return 1
+    text = quality_text_path().read_text(encoding="utf-8")
+    print("| quantization | dtype | perplexity |\n|---|---|---:|")
+    for quantization in chosen:
+        args.quantization = quantization
+        _, loaded = load_from_args(args, paths)
+        ids = loaded.tokenizer(text)["input_ids"]
+        value = perplexity(loaded.model, ids)
+        print(f"| {quantization} | {str(loaded.dtype).removeprefix('torch.')} | {value:.3f} |")
+    print(f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})", file=sys.stderr)
+    return 0

@@ -1,0 +1,65 @@
+"""``lookahead-chat serve``: the OpenAI-compatible API without the window, until Ctrl+C or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from dataclasses import replace
+
+from app.cli.loading import load_from_args
+from app.cli.output import end_progress_line, one_line_errors, progress_printer
+from core.engine.model_thread import ModelThread
+from core.engine.ready import make_ready
+from core.paths import AppPaths
+from core.server.answer_events import AnswerDefaults
+from core.server.config import ServerConfig
+from core.server.service import LocalServer, ServerStartError
+
+API_KEY_VARIABLE = "LOOKAHEAD_CHAT_API_KEY"  # serve's API key, kept out of the process list
+
+
+@one_line_errors
+def run(args: argparse.Namespace, paths: AppPaths) -> int:
+    """One model, one model thread, requests in order."""
+    settings, loaded = load_from_args(args, paths)
+    ready = make_ready(loaded, paths.ensure(), progress=progress_printer())
+    end_progress_line()
+    print(ready.auto.reason, file=sys.stderr)
+    wanted = {"port": args.port, "api_key": os.environ.get(API_KEY_VARIABLE) if args.api_key is None else args.api_key,
+              "max_tokens": args.max_tokens}
+    allow_network = args.allow_network or settings.server.allow_network
+    config = replace(ServerConfig.from_settings(replace(settings.server, allow_network=allow_network)),
+                     **{k: v for k, v in wanted.items() if v is not None})
+    if config.host != "127.0.0.1" and not config.api_key:
+        print("warning: other computers may connect and no API key is set (--api-key)", file=sys.stderr)
+    defaults = AnswerDefaults.from_settings(replace(settings, mode=args.mode) if args.mode else settings)
+    runner = ModelThread(paths, ready=ready)
+    server = LocalServer(runner, lambda: defaults, config)
+
+    async def serve() -> None:
+        await server.start()
+        stopped = asyncio.Event()
+        try:  # a service manager's stop (systemd, docker stop) ends it as Ctrl+C does
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
+        except (NotImplementedError, AttributeError):  # Windows: no SIGTERM to handle there
+            pass
+        print(f"Serving {loaded.name} on {server.url} (Ctrl+C stops)", flush=True)
+        try:
+            await stopped.wait()
+        finally:
+            await server.stop()
+
+    try:
+        asyncio.run(serve())
+        print("stopped.", file=sys.stderr)
+    except ServerStartError as err:
+        print(f"error: the server {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("stopped.", file=sys.stderr)
+    finally:
+        runner.close()
+    return 0

@@ -1,0 +1,188 @@
+"""Auto's chooser: the fastest exact decoding on this machine, chosen and revised step by step.
+
+Settings predicted to lose are never run; :class:`AutoChooser` starts with the best prediction
+(plain decoding when nothing beats it by a margin), measures every step it runs, probes the
+runner-up now and then, and switches when the measured rates say so. Every setting is exact, so
+switching never changes the output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from core.autotune.calibration import Calibration, calibrate
+from core.autotune.predict import KEEP_RATIO, PRIOR_STEPS
+from core.lookahead.config import LookaheadConfig
+
+
+@dataclass
+class _Arm:
+    setting: LookaheadConfig | None
+    tokens_per_step: float
+    fed_tokens: float
+    seconds: float  # per step
+    observed: int = 0
+    streak: int = 0  # steps run in a row, up to now
+    last_step: int = 0  # the chooser's step count when it last ran
+
+
+PROBE_STEPS = 3
+"""Steps a probe of a lookahead setting measures (a plain probe measures one)."""
+
+REPROBE_AFTER = 512
+"""Steps after which a setting that measured slower is probed again anyway (every arm was predicted
+at least KEEP_RATIO of plain, so such a probe costs little)."""
+
+
+class AutoChooser:
+    """Chooses each step's setting from measured rates; keeps learning across the answers it serves.
+
+    Rates are tokens per second per setting: exponential moving averages of what the steps did,
+    started from the calibration's predictions. Verification-only settings are also scored on every
+    step from the answer itself (``observe_shadow``), so the verification arm runs the best of
+    them without probing each. The chooser runs the best rate; every
+    ``probe_every`` steps it runs another setting whose rate might beat it for a few steps, and
+    the best must lead by ``switch_margin`` before the running setting is changed; a setting that
+    fell behind gets another probe after :data:`REPROBE_AFTER` steps. A windowed
+    setting that resumes has a stale Jacobi window for its first N-1 steps: they count for its
+    step time, not for its tokens per step, and its probes last that much longer.
+    """
+
+    def __init__(self, calibration: Calibration, *, probe_every: int = 32, switch_margin: float = 1.04, smoothing: float = 0.15) -> None:
+        self.calibration = calibration
+        self.probe_every = probe_every
+        self.switch_margin = switch_margin
+        self.smoothing = smoothing
+        unit = calibration.curve.seconds[0]
+        predicted = {e.label: e for e in calibration.estimates}
+        self._arms: list[_Arm] = []
+        for setting in calibration.arms():
+            e = predicted.get(setting.label) if setting is not None else None
+            tps, fed = (e.tokens_per_step, e.fed_tokens) if e else (1.0, 1.0)
+            self._arms.append(_Arm(setting, tps, fed, unit * calibration.curve.relative(fed)))
+        self._current = self._arms[0]
+        self._last: _Arm | None = None
+        self._probe: _Arm | None = None
+        self._probe_left = 0
+        self._steps = 0
+        # Verification-only settings are scored on every step, run or not (shadow_settings): which
+        # of them runs as the verification arm follows those scores.
+        self._verify = next((a for a in self._arms if a.setting is not None and a.setting.window == 0), None)
+        self._shadows: dict[LookaheadConfig, _Arm] = {}
+        if self._verify is not None:
+            for e in calibration.estimates:
+                if e.setting is not None and e.setting.window == 0 and e.speedup >= KEEP_RATIO:
+                    self._shadows[e.setting] = _Arm(e.setting, e.tokens_per_step, e.fed_tokens, calibration.curve.relative(e.fed_tokens))
+
+    @property
+    def settings(self) -> list[LookaheadConfig | None]:
+        """Every setting it may run, and those it scores (the n-gram pool must serve them all)."""
+        running = [arm.setting for arm in self._arms]
+        return [*running, *(s for s in self._shadows if s not in running)]
+
+    @property
+    def shadow_settings(self) -> list[LookaheadConfig]:
+        """Verification-only settings to score after every step, from what the step's answer turned out to be."""
+        return list(self._shadows)
+
+    def observe_shadow(self, setting: LookaheadConfig, tokens: int, fed: int) -> None:
+        """What ``setting`` would have emitted (``tokens``) and fed at a step: greedy verification is
+        known exactly once the following tokens are. Picks the verification arm's setting."""
+        shadow = self._shadows[setting]
+        weight = max(self.smoothing / 2, 1.0 / (shadow.observed + PRIOR_STEPS))
+        shadow.tokens_per_step += weight * (tokens - shadow.tokens_per_step)
+        shadow.fed_tokens += weight * (fed - shadow.fed_tokens)
+        shadow.seconds = self.calibration.curve.relative(shadow.fed_tokens)  # relative cost of its step
+        shadow.observed += 1
+        arm = self._verify
+        assert arm is not None
+        best = max(self._shadows.values(), key=_rate)
+        running = self._shadows.get(arm.setting)
+        if best.setting != arm.setting and (running is None or _rate(best) > self.switch_margin * _rate(running)):
+            if running is not None:  # its measured step time, scaled to the new step size
+                arm.seconds *= best.seconds / running.seconds
+            arm.setting, arm.tokens_per_step, arm.fed_tokens = best.setting, best.tokens_per_step, best.fed_tokens
+
+    def rates(self) -> dict[str, float]:
+        """Estimated tokens per second of every setting, as now believed."""
+        return {_label(a.setting): a.tokens_per_step / a.seconds for a in self._arms}
+
+    def learned(self, min_steps: int = 24) -> dict[str, tuple[float, float]]:
+        """Tokens per step and tokens fed, measured (or scored) over at least ``min_steps`` steps, per non-plain setting."""
+        found = {a.setting.label: (a.tokens_per_step, a.fed_tokens) for a in self._shadows.values() if a.observed >= min_steps}
+        found.update({a.setting.label: (a.tokens_per_step, a.fed_tokens) for a in self._arms
+                      if a.setting is not None and a.setting.window > 0 and a.observed >= min_steps})
+        return found
+
+    def choose(self) -> LookaheadConfig | None:
+        self._steps += 1
+        if self._probe_left > 0 and self._probe is not None:
+            self._probe_left -= 1
+            return self._probe.setting
+        if self._steps % self.probe_every == 0:
+            rival = self._rival()
+            if rival is not None:
+                self._probe = rival
+                self._probe_left = _probe_length(rival.setting) - 1
+                return rival.setting
+        return self._current.setting
+
+    def observe(self, setting: LookaheadConfig | None, tokens: int, seconds: float, fed: int) -> None:
+        arm = next((a for a in self._arms if a.setting == setting), None)
+        if arm is None:  # a verification setting the verification arm has since left
+            arm = self._verify
+            assert arm is not None and setting is not None and setting.window == 0
+        # Step times are reliable from the first step; acceptance varies a lot from step to step, so
+        # the prediction counts as PRIOR_STEPS observed steps before the answers' own take over.
+        arm.streak = arm.streak + 1 if arm is self._last else 1
+        arm.last_step = self._steps
+        self._last = arm
+        arm.seconds += max(self.smoothing, 1.0 / (arm.observed + 2)) * (seconds - arm.seconds)
+        if arm.streak > _refill_steps(setting):
+            weight = max(self.smoothing / 2, 1.0 / (arm.observed + PRIOR_STEPS))
+            arm.tokens_per_step += weight * (tokens - arm.tokens_per_step)
+            arm.fed_tokens += weight * (fed - arm.fed_tokens)
+            arm.observed += 1
+        best = max(self._arms, key=_rate)
+        if best is not self._current and _rate(best) > self.switch_margin * _rate(self._current):
+            self._current = best
+            self._probe_left = 0
+
+    def _rival(self) -> _Arm | None:
+        """The setting to probe: the best-rated one other than the current, if it could plausibly win."""
+        others = [a for a in self._arms if a is not self._current]
+        if not others:
+            return None
+        rival = max(others, key=_rate)
+        if _rate(rival) >= KEEP_RATIO * _rate(self._current):
+            return rival
+        # What measured slower once may win on other text (code after chat): each gets another look now and then.
+        stale = min(others, key=lambda a: a.last_step)
+        return stale if self._steps - stale.last_step >= REPROBE_AFTER else None
+
+
+def _rate(arm: _Arm) -> float:
+    return arm.tokens_per_step / arm.seconds
+
+
+def _label(setting: LookaheadConfig | None) -> str:
+    return setting.label if setting is not None else "plain"
+
+
+def _refill_steps(setting: LookaheadConfig | None) -> int:
+    """Steps a setting runs on a stale Jacobi window after it resumes: N-1 for a windowed one."""
+    return setting.ngram - 1 if setting is not None and setting.window else 0
+
+
+def _probe_length(setting: LookaheadConfig | None) -> int:
+    """A probe measures a few steps, after any refill of the window."""
+    return _refill_steps(setting) + (PROBE_STEPS if setting is not None else 1)
+
+
+def auto_lookahead(model: Any) -> AutoChooser:
+    """Auto for a transformers model, to pass to ``model.generate(..., custom_generate=lookahead_generate,
+    lookahead=auto_lookahead(model))``: the step cost curve measured where ``model`` runs (about a second
+    per dtype on a CPU for a small model), then every step chosen from it and from what it measures. Keep it
+    and pass it to every call: it keeps learning. Measure again (a new one) after converting the model."""
+    return AutoChooser(calibrate(model))

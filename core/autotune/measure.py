@@ -1,0 +1,62 @@
+"""Measuring what a step costs here: the forward passes the decoder runs, timed as it times them."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from core.progress import Cancelled
+from core.runtime.prepared import PreparedModel, prepared
+from core.runtime.step import causal_mask
+from core.runtime.timing import device_sync
+
+CPU_CURVE_SIZES = (1, 2, 4, 8, 16, 32)
+CUDA_CURVE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def measure_step_seconds(
+    model: PreparedModel | Any,
+    sizes: Sequence[int] = CPU_CURVE_SIZES,
+    context: int = 256,
+    repeats: int = 3,
+    progress: Callable[[float], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> list[float]:
+    """Median seconds of one forward pass feeding each size after ``context`` cached tokens.
+
+    Steps run through the step implementation the decoder uses and are built as it builds them
+    (a 1-token step without a mask, wider ones with a 4D additive mask, only the rows they keep);
+    sizes are interleaved within each round so that machine noise hits all alike, and a first
+    round warms up and is dropped. ``model``: a transformers causal LM, or a
+    :class:`~core.runtime.prepared.PreparedModel` (its compiled 1-token layer then runs the 1-token steps).
+    """
+    model = prepared(model)
+    device, dtype = model.device, model.dtype
+    vocab = model.model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    step = model.step(context + max(sizes) + 1, lookahead=True)
+    times: dict[int, list[float]] = {s: [] for s in sizes}
+    rounds = repeats + 1
+    with torch.inference_mode():
+        step.forward(torch.randint(0, vocab, (context,), generator=generator).to(device), torch.arange(context, device=device), 1)
+        for r in range(rounds):
+            for size in sizes:
+                if cancelled is not None and cancelled():
+                    raise Cancelled
+                ids = torch.randint(0, vocab, (size,), generator=generator).to(device)
+                mask = causal_mask(size, context, dtype, device) if size > 1 else None
+                positions = torch.arange(context, context + size, device=device)
+                keep = torch.arange(min(size, 1 + size // 2), device=device) if size > 1 else 1
+                device_sync(device)
+                start = time.perf_counter()
+                step.forward(ids, positions, keep, mask)
+                device_sync(device)
+                times[size].append(time.perf_counter() - start)
+                step.keep(context - 1, size + 1, [])  # back to ``context`` entries
+            if progress is not None:
+                progress((r + 1) / rounds)
+    return [statistics.median(times[s][1:]) for s in sizes]

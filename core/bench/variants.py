@@ -1,0 +1,24 @@
+"""The model variants a benchmark runs, prepared by Auto's own code (``core.autotune.prepare``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.autotune.prepare import PreparedVariants, prepare_variants, variant_copies
+from core.models.device import DTYPE_BY_NAME, NAME_BY_DTYPE
+from core.models.loader import LoadedModel
+from core.runtime.weights.variants import dtype_copy
+
+
+def bench_variants(loaded: LoadedModel, dtypes: Sequence[str] = ()) -> PreparedVariants:
+    """The loaded model and copies in ``dtypes`` (``fp32``, ``bf16``, ``fp16``); with none asked for, on the CPU
+    with dtype auto, what Auto chooses between there (fp32, bf16 and with quantization auto int8 weights).
+    Every variant gets its fastest weight layout and step: the bench compares each at its best."""
+    if not dtypes and loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none":
+        models = variant_copies(loaded).models
+    else:
+        models = {NAME_BY_DTYPE.get(loaded.dtype, "other"): loaded.model}
+        for name in dtypes:
+            if name not in models:
+                models[name] = dtype_copy(loaded.model, DTYPE_BY_NAME[name])
+    return prepare_variants(models, None, every_variant=True)

@@ -1,0 +1,55 @@
+"""A model ready to answer: loaded, prepared for this machine, with Auto and the conversations' n-gram pools."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.autotune.prepare import AutoTuning, calibrate_or_plain
+from core.chat.pools import ConversationPools
+from core.models.device import NAME_BY_DTYPE
+from core.models.loader import LoadedModel
+from core.paths import AppPaths
+from core.progress import CancelToken, ProgressCallback, no_progress
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The loaded model as the front doors show it."""
+
+    name: str
+    device_label: str
+    device_kind: str
+    dtype: str
+    quantization: str
+    context_length: int
+    parameters: int
+    load_seconds: float
+    auto_reason: str = ""  # what Auto runs on this machine and why
+
+    @property
+    def precision(self) -> str:
+        """dtype and quantization, e.g. ``bf16`` or ``fp16 4bit``."""
+        return self.dtype if self.quantization in ("none", "") else f"{self.dtype} {self.quantization}"
+
+
+@dataclass
+class ReadyModel:
+    """What every job of a model thread runs with."""
+
+    loaded: LoadedModel
+    auto: AutoTuning
+    pools: ConversationPools
+
+    @property
+    def info(self) -> ModelInfo:
+        loaded = self.loaded
+        return ModelInfo(loaded.name, loaded.device_info.label, loaded.device_info.kind,
+                         NAME_BY_DTYPE.get(loaded.dtype, str(loaded.dtype)), loaded.quantization, loaded.context_length,
+                         loaded.parameters, loaded.load_seconds, self.auto.reason)
+
+
+def make_ready(loaded: LoadedModel, paths: AppPaths, pools: ConversationPools | None = None,
+               progress: ProgressCallback = no_progress, cancel: CancelToken | None = None) -> ReadyModel:
+    """Prepare ``loaded`` for this machine and Auto (a failure or Cancel leaves Auto decoding plain)."""
+    auto = calibrate_or_plain(loaded, paths, progress, cancel)
+    return ReadyModel(loaded, auto, pools if pools is not None else ConversationPools())

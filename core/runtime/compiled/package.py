@@ -1,0 +1,145 @@
+"""Compiling a decoder layer's step into a package (AOTInductor), and the package cache.
+
+Compiling costs one layer's worth (10-14 s for the default model here, mostly the C++ compiler;
+calibration compiles two variants side by side, :mod:`core.runtime.compiled.parallel`). A package is
+kept in inductor's cache folder, keyed by what the code depends on (:class:`~core.runtime.compiled.layer.LayerSpec`:
+shapes, dtypes, threads, torch, the processor's vector instructions, the layer code's own version),
+so a later start loads it in milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.runtime.compiled.layer import HEAD_STAND_IN_ROWS, DecoderLayer, LayerSpec, layer_spec
+from core.runtime.weights.fused import LayerWeights, fuse_projections, head_weights, layer_weights
+
+log = logging.getLogger(__name__)
+
+LayerRunner = Callable[[list[torch.Tensor]], list[torch.Tensor]]
+"""A compiled layer: ``[hidden, cos, sin, keys, values, *head, *weights]`` (``None`` tensors left out) in,
+``[hidden, logits]`` out; see :class:`~core.runtime.compiled.layer.DecoderLayer`."""
+_WARM_UP_START = 5  # cache entries before the warm-up token
+
+
+def set_compile_cache(cache_dir: Path) -> None:
+    """Keep inductor's compiled code and the step packages under the app's cache folder (unless the user
+    chose a folder)."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """What compiling a model's layer takes: what the code depends on, example inputs (the scratch
+    buffers, the head's and the first layer's tensors) and the package's path."""
+
+    spec: LayerSpec
+    inputs: tuple[torch.Tensor | None, ...]
+    path: Path
+
+
+def compile_job(model: Any) -> CompileJob:
+    """The compile job of a model :func:`~core.runtime.compiled.step.why_not_compilable` accepts (its projections joined first)."""
+    fuse_projections(model)
+    weights, head = layer_weights(model), head_weights(model)
+    assert weights is not None and head is not None
+    with vector_isa_from_flags():
+        spec = layer_spec(model, weights[0], head)
+    return CompileJob(spec, (*scratch_inputs(model), *head, *weights[0]), package_dir() / f"layer-{spec.key}.pt2")
+
+
+@contextmanager
+def vector_isa_from_flags() -> Iterator[None]:
+    """The vector instructions from the processor's flags: inductor's own probe compiles and loads a test
+    program per instruction set (7.6 s at a first start here, 1.1 s later). A compiler that cannot
+    build them fails the compile, and the step stays eager."""
+    import torch._inductor.config as inductor_config  # inductor takes about a second to import: only when compiling
+
+    with _quiet_torch(), inductor_config.patch({"cpp.vec_isa_ok": True}):
+        yield
+
+
+def package_dir() -> Path:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir  # inductor takes about a second to import: only when compiling
+
+    return Path(cache_dir()) / "lookahead-steps"
+
+
+def _runner(path: Path) -> LayerRunner:
+    """A package's compiled code, called directly: its Python ``__call__`` reads the call's tree spec
+    again on every call (25 us a layer here, 0.75 ms a step for 30 layers)."""
+    with _quiet_torch():
+        return torch._inductor.aoti_load_package(str(path)).loader.run
+
+
+@contextmanager
+def _quiet_torch() -> Iterator[None]:
+    """Warnings from torch's own compiling code with nothing for the user: a deprecated pytree class in
+    export and the package loader, and the missing Python headers (the compiled code does not use them;
+    an installed app has none)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)
+        warnings.filterwarnings("ignore", message="Can't find Python.h", category=UserWarning)
+        yield
+
+
+def load_package(path: Path) -> LayerRunner | None:
+    """A stored package, or ``None`` (and the file removed) where it does not load."""
+    try:
+        return _runner(path)
+    except Exception as err:  # noqa: BLE001 - a truncated or foreign file: compile it again
+        log.warning("compiling the decoding step again: %s does not load (%s)", path.name, err)
+        path.unlink(missing_ok=True)
+        return None
+
+
+def compile_package(job: CompileJob) -> LayerRunner:
+    """Export the layer for any cache length and compile it ahead of time (AOTInductor) into ``job.path``.
+
+    Ahead-of-time code runs without dynamo's guards and Python wrapper: a fifth less time per layer
+    than ``torch.compile`` of the same function here. Compiling runs in this process (no worker
+    pool, which in an installed app would start the app again)."""
+    import torch._inductor.config as inductor_config  # inductor takes about a second to import: only when compiling
+    from torch.export import Dim
+
+    inputs, path = job.inputs, job.path
+    length, vocabulary = Dim("length", min=2, max=1 << 20), Dim("vocabulary", min=HEAD_STAND_IN_ROWS, max=1 << 24)
+    head = (None, *({0: vocabulary} if t is not None else None for t in inputs[6:9]))  # any number of head rows
+    shapes = (None, None, None, {0: length}, {0: length}, *head, (None,) * (len(inputs) - 9))  # the last: *tensors
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.pt2")
+    try:
+        # realize_acc_reads_threshold: store every operator's result that reads more than two tensors
+        # (the layer norms), so that the weight products read it instead of recomputing it per row.
+        # No precompiled headers: building them (two, 140 MB each, in the system's temporary folder)
+        # made a first start 7 s longer, and they save a later compile less (packages are kept).
+        options = {"compile_threads": 1, "realize_acc_reads_threshold": 2, "aot_inductor.precompile_headers": False}
+        with torch.no_grad(), vector_isa_from_flags(), inductor_config.patch(options):
+            program = torch.export.export(DecoderLayer(job.spec), inputs, dynamic_shapes=shapes)
+            torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
+        partial.replace(path)  # whole or not at all: another start never loads half a package
+    finally:
+        partial.unlink(missing_ok=True)  # what a failed compile left
+    return _runner(path)
+
+
+def scratch_inputs(model: Any) -> tuple[torch.Tensor, ...]:
+    """A 1-token step's input, rotary tables and zeroed cache ``[_WARM_UP_START + 1, kv_heads, head_dim]``."""
+    config = model.config
+    dtype = model.get_input_embeddings().weight.dtype
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shape = (_WARM_UP_START + 1, config.num_key_value_heads, head_dim)
+    inner = model.model
+    with torch.no_grad():
+        hidden = inner.embed_tokens(torch.tensor([[0]]))
+        cos, sin = inner.rotary_emb(hidden, position_ids=torch.tensor([[_WARM_UP_START]]))
+    return hidden, cos, sin, torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)

@@ -1,0 +1,125 @@
+"""Compiling the 1-token step of several model variants at once, one child process each.
+
+Compiling a step package is mostly the C++ compiler's work, on one core: about 8 of the 11 s a
+variant took here. Calibration compiles two variants (int8 and bf16 weights, say), so compiling
+them side by side in two processes, while this one waits, saves most of one compile on a machine
+with two cores or more. Each child compiles one :class:`~core.runtime.compiled.package.CompileJob`
+into the package cache; the models then load their packages in
+:func:`~core.runtime.compiled.step.compile_step`, which compiles in this process whatever a child
+did not leave (a child that failed, or could not start).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.progress import Cancelled
+from core.runtime.compiled.package import CompileJob, compile_job, compile_package
+from core.runtime.compiled.step import why_not_compilable
+
+log = logging.getLogger(__name__)
+
+EXPECTED_SECONDS = 12.0
+"""The time scale of the progress reported while the children compile (the default model's took 17-20 s here)."""
+
+CHILD_COMMAND = "_compile-step"
+"""The frozen app's first argument that makes it a compiling child (see ``app.cli``)."""
+
+
+def compile_in_parallel(models: Sequence[Any], cancelled: Callable[[], bool] | None = None,
+                        progress: Callable[[float], None] | None = None) -> None:
+    """Compile the step packages of ``models`` that are not in the cache yet, each in a child process,
+    all at once; returns when every child has ended. Does nothing for fewer than two packages or on a
+    single core (the first compile in this process is as quick then). Raises
+    :class:`~core.progress.Cancelled` (the children stopped) when ``cancelled`` says so.
+    ``progress`` hears a fraction that grows with the time waited (:data:`EXPECTED_SECONDS`), then 1.
+    """
+    from torch._inductor.cpp_builder import get_cpp_compiler  # inductor loads in about a second: only when compiling
+
+    try:
+        get_cpp_compiler()  # none (Windows without Visual Studio's, say): no children that could only fail
+        jobs = {job.path: job for job in (compile_job(m) for m in models if why_not_compilable(m) is None)}
+    except Exception as err:  # noqa: BLE001 - compile_step meets the same failure and reports it
+        log.warning("step packages not compiled side by side: %s", err)
+        return
+    missing = [job for path, job in jobs.items() if not path.exists()]
+    if len(missing) < 2 or (os.cpu_count() or 1) < 2:
+        return
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="lookahead-compile-") as folder:
+        children: list[tuple[subprocess.Popen, Path]] = []
+        try:
+            for i, job in enumerate(missing):
+                children.append(_start(job, Path(folder) / f"job-{i}"))
+            while any(child.poll() is None for child, _ in children):
+                if cancelled is not None and cancelled():
+                    raise Cancelled
+                if progress is not None:
+                    progress(1 - math.exp(-(time.perf_counter() - start) / EXPECTED_SECONDS))
+                time.sleep(0.05)
+        except OSError as err:  # no room for the job files, or no child started: compile_step compiles here
+            log.warning("step packages not compiled side by side: %s", err)
+        finally:
+            for (child, _), job in zip(children, missing):
+                _stop(child, job)
+        for (child, errors), job in zip(children, missing):
+            if child.returncode not in (0, None):
+                last = (errors.read_text(encoding="utf-8", errors="replace").strip().splitlines() or [""])[-1]
+                log.warning("compiling %s in a child process failed (exit %s): %s", job.path.name, child.returncode, last)
+    if progress is not None:
+        progress(1.0)
+    log.info("%d step packages compiled side by side in %.1f s", len(missing), time.perf_counter() - start)
+
+
+def _start(job: CompileJob, stem: Path) -> tuple[subprocess.Popen, Path]:
+    """A child compiling ``job`` (handed over in a file next to ``stem``), and the file of its error output."""
+    job_file, errors = stem.with_suffix(".pt"), stem.with_suffix(".log")
+    torch.save(job, job_file)
+    with errors.open("wb") as sink:
+        child = subprocess.Popen([*child_command(), str(job_file)], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+                                 start_new_session=os.name == "posix",  # its compiler processes go with it
+                                 creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0))
+    return child, errors
+
+
+def _stop(child: subprocess.Popen, job: CompileJob) -> None:
+    """Stop a child still running (cancelled), with the compiler it runs, and remove its partial package."""
+    if child.poll() is not None:
+        return
+    if os.name == "posix":
+        os.killpg(child.pid, signal.SIGKILL)
+    else:
+        child.kill()
+    child.wait()
+    job.path.with_name(f"{job.path.stem}.{child.pid}.partial.pt2").unlink(missing_ok=True)  # see compile_package
+
+
+def child_command() -> list[str]:
+    """How to start a compiling child: this module from source, the app itself (with :data:`CHILD_COMMAND`) when frozen."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, CHILD_COMMAND]
+    return [sys.executable, "-m", __name__]
+
+
+def child_main(argv: Sequence[str]) -> int:
+    """A compiling child: compile the job in the file ``argv[0]``; the exit code says whether it did."""
+    job: CompileJob = torch.load(argv[0], weights_only=False)  # written by this app's parent process just before
+    torch.set_num_threads(job.spec.threads)  # inductor's kernels are compiled for the parent's thread count
+    compile_package(job)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))

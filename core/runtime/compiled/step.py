@@ -1,0 +1,104 @@
+"""A compiled 1-token decoding step for the CPU: one decoder layer as ahead-of-time compiled code, reused by every layer.
+
+Eager PyTorch runs a decoder layer as some forty small operators (norms, rotary, residuals, SiLU,
+the cache write, attention), each with its own dispatch; at a few milliseconds per 1-token step
+for a 30-layer model, that is much of the step. Here the layer is a function of its input, its
+cache and its weights (:mod:`core.runtime.compiled.layer`), compiled once into a package
+(:mod:`core.runtime.compiled.package`) that every layer calls with its own weights. So the step
+needs plain weights (layout ``plain`` or ``packed+rows``) or quantized ones; lookahead's wider
+steps stay eager. Whether compiling pays is measured where the app runs (``core.autotune``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from core.runtime.architecture import supports_llama_step
+from core.runtime.compiled.layer import HEAD_STAND_IN_ROWS, LayerSpec, layer_spec
+from core.runtime.compiled.package import LayerRunner, compile_job, compile_package, load_package, scratch_inputs
+from core.runtime.weights.fused import HeadWeights, LayerWeights, head_weights, layer_weights
+
+log = logging.getLogger(__name__)
+
+MIN_CACHED = 1  # cached tokens before the compiled step runs: it takes a cache of 2 or more entries, this token's included
+
+
+def why_not_compilable(model: Any, *, weights: bool = True) -> str | None:
+    """Why the compiled step cannot run ``model`` (``None`` when it can); with ``weights=False``, only
+    what its architecture and device allow (its weights might still be laid out for it)."""
+    if not supports_llama_step(model):
+        return "not a LLaMA-family model the lean step runs"
+    if model.device.type != "cpu":
+        return "the compiled step is for the CPU"
+    if getattr(model.config, "hidden_act", None) not in ("silu", "swish"):
+        return f"activation {model.config.hidden_act!r}"
+    if weights and (layer_weights(model) is None or head_weights(model) is None):
+        return "packed-only or unknown quantized weights (it needs plain float, int8 or int4 weights)"
+    return None
+
+
+@dataclass(frozen=True)
+class CompiledInputs:
+    """The compiled layer and the tensors each call takes after ``[hidden, cos, sin, keys, values]``."""
+
+    layer: LayerRunner
+    layers: list[tuple[torch.Tensor, ...]]  # every layer's weights
+    head: tuple[torch.Tensor, ...]  # the final norm and LM head (for the last layer)
+    stand_in: tuple[torch.Tensor, ...]  # a few of the head's rows (for the others)
+
+
+@dataclass(frozen=True)
+class CompiledStep:
+    """A model's compiled 1-token layer and the spec it was compiled for."""
+
+    spec: LayerSpec
+    layer: LayerRunner
+
+    def inputs(self, model: Any) -> CompiledInputs | None:
+        """The layer with every layer's weights of ``model`` as it takes them; ``None`` (eager) when the
+        model changed since it was compiled (converted to another dtype, say)."""
+        weights, head = layer_weights(model), head_weights(model)
+        if weights is None or head is None or any(layer_spec(model, w, head) != self.spec for w in weights):
+            log.warning("the decoding step runs eager: the model changed since its step was compiled")
+            return None
+        return CompiledInputs(self.layer, [present(w) for w in weights], present(head), present(head_stand_in(head)))
+
+
+def compile_step(model: Any) -> CompiledStep | str:
+    """The compiled 1-token layer of ``model``: from the package cache, else compiled now (and stored);
+    run once on scratch buffers. Joins the model's projections first (``core.runtime.weights.fused``).
+
+    Returns why it cannot, where it cannot (the model then keeps the eager step). Compiling needs a C++
+    compiler; any failure of inductor is caught and reported here.
+    """
+    reason = why_not_compilable(model)
+    if reason is not None:
+        return reason
+    try:
+        job = compile_job(model)
+        layer = (load_package(job.path) if job.path.exists() else None) or compile_package(job)
+        weights, head = layer_weights(model), head_weights(model)
+        assert weights is not None and head is not None
+        with torch.inference_mode():
+            layer([*scratch_inputs(model), *present(head_stand_in(head)), *present(weights[0])])
+    except Exception as err:  # noqa: BLE001 - inductor raises many kinds (no compiler, no headers); eager still answers
+        log.warning("the decoding step stays eager: compiling it failed: %s", err)
+        first_line = (str(err).strip().splitlines() or [""])[0][:200]
+        return f"compiling failed: {type(err).__name__}: {first_line}"
+    return CompiledStep(job.spec, layer)
+
+
+def head_stand_in(head: HeadWeights) -> HeadWeights:
+    """The head's first :data:`HEAD_STAND_IN_ROWS` output rows (views): what the layers before the last compute."""
+    norm, weight, scales, bias = head
+    rows = slice(0, HEAD_STAND_IN_ROWS)
+    return norm, weight[rows], None if scales is None else scales[rows], None if bias is None else bias[rows]
+
+
+def present(weights: LayerWeights | HeadWeights) -> tuple[torch.Tensor, ...]:
+    """The tensors the compiled layer takes: ``None`` entries left out."""
+    return tuple(t for t in weights if t is not None)

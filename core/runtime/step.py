@@ -1,0 +1,75 @@
+"""One forward pass over a step's new tokens, with the KV cache of everything accepted before them.
+
+The decoder and the step cost measurement talk to a :class:`ModelStep` only. Two implementations:
+:class:`~core.runtime.lean_step.LlamaStep`, our own lean forward for LLaMA-family models over a
+preallocated cache, and :class:`TransformersStep`, the model's own forward with transformers'
+``DynamicCache``, for every other architecture. :meth:`core.runtime.prepared.PreparedModel.step` picks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from core.runtime.sliding import SlidingWindow, sliding_window_of, step_masks
+from transformers import DynamicCache
+
+
+class ModelStep(Protocol):
+    """A model with its KV cache, fed one step at a time (batch size 1)."""
+
+    @property
+    def length(self) -> int:
+        """Tokens in the cache."""
+        ...
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``[rows, vocab]`` of the kept rows (the last ``keep``, or those indexed) of a step.
+
+        ``ids`` and ``positions`` are ``[q]``; ``mask`` is an additive ``[q, length + q]`` mask in the
+        model's dtype, or ``None`` for causal attention over the cache and among the new tokens.
+        The step's entries join the cache.
+        """
+        ...
+
+    def keep(self, past: int, step_size: int, sources: list[int]) -> None:
+        """Keep entry ``past`` and the step entries at offsets ``sources`` (moved right after it); drop the rest."""
+        ...
+
+
+class TransformersStep:
+    """The model's own forward with a ``DynamicCache``: any causal LM transformers can run."""
+
+    def __init__(self, model: Any, *, lookahead: bool) -> None:
+        self.model = model
+        # Lookahead moves cache entries by index, so it needs full-attention layers; its mask applies any sliding window.
+        self.cache = DynamicCache() if lookahead else DynamicCache(config=model.config)
+        self.sliding: SlidingWindow | None = sliding_window_of(model.config)
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        attention = None if mask is None else step_masks(mask, positions, self.length, self.sliding)
+        out = self.model(
+            input_ids=ids[None], position_ids=positions[None], attention_mask=attention,
+            cache=self.cache, use_cache=True, logits_to_keep=keep,
+        )
+        return out.logits[0]
+
+    def keep(self, past: int, step_size: int, sources: list[int]) -> None:
+        accepted = len(sources)
+        if sources and sources != list(range(1, 1 + accepted)):  # not already in place
+            src = torch.tensor([past + s for s in sources], device=self.model.device)
+            for layer in self.cache.layers:
+                layer.keys[:, :, past + 1 : past + 1 + accepted] = layer.keys[:, :, src]
+                layer.values[:, :, past + 1 : past + 1 + accepted] = layer.values[:, :, src]
+        self.cache.crop(-(step_size - 1 - accepted))
+
+
+def causal_mask(size: int, past: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[size, past+size]`` additive mask: every cached entry, causal among the ``size`` new tokens."""
+    block = torch.full((size, size), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+    return torch.cat([block.new_zeros(size, past), block], dim=1)

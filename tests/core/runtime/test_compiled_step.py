@@ -1,0 +1,236 @@
+"""The compiled 1-token step: exact in fp32, used only where it can run, and eager where compiling fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.lookahead import Decoding, LookaheadConfig
+from core.runtime.compiled.step import CompiledStep, compile_step, why_not_compilable
+from core.runtime.lean_step import LlamaStep
+from core.runtime.prepared import PreparedModel
+from core.runtime.weights.packed import PACKED, PACKED_ROWS, apply_layout
+from tests.conftest import make_model, tiny_llama_config
+
+
+def compiled(model) -> PreparedModel:
+    """``model`` with its compiled 1-token step (the test fails where it does not compile)."""
+    step = compile_step(model)
+    assert isinstance(step, CompiledStep), step
+    return PreparedModel(model, step)
+
+
+def _prompt(seed: int) -> list[int]:
+    head = torch.randint(3, 96, (16,), generator=torch.Generator().manual_seed(seed)).tolist()
+    return head + head  # repeats: lookahead's drafts get accepted, so its steps are wide
+
+
+def _layer_calls(model, decode) -> int:
+    """How many times the first decoder layer's eager MLP module ran during ``decode()``; the eager LM
+    head must have run as often (the compiled step computes its own)."""
+    calls: list[str] = []
+    hooks = [module.register_forward_hook(lambda *args, name=name: calls.append(name))
+             for name, module in (("layer", model.model.layers[0].mlp), ("head", model.lm_head))]
+    try:
+        decode()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert calls.count("head") == calls.count("layer")
+    return calls.count("layer")
+
+
+@pytest.fixture(scope="module")
+def compiled_fp32():
+    model = make_model(tiny_llama_config(96, rms_norm_eps=1e-5), seed=3)
+    eager = {seed: Decoding(model, _prompt(seed), max_new_tokens=40) for seed in range(3)}
+    for decoding in eager.values():
+        list(decoding)
+    return compiled(model), {seed: d.tokens for seed, d in eager.items()}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fp32_compiled_plain_and_lookahead_equal_eager_and_generate(compiled_fp32, seed: int) -> None:
+    prepared, eager = compiled_fp32
+    model = prepared.model
+    prompt = _prompt(seed)
+    plain = Decoding(prepared, prompt, max_new_tokens=40)
+    assert _layer_calls(model, lambda: list(plain)) == 1  # the prefill only: every 1-token step ran compiled
+    assert plain.tokens == eager[seed]
+    for config in (LookaheadConfig(3, 3, 3), LookaheadConfig(0, 4, 3)):
+        lookahead = Decoding(prepared, prompt, lookahead=config, max_new_tokens=40)
+        list(lookahead)
+        assert lookahead.tokens == plain.tokens, config.label
+    with torch.inference_mode():
+        generated = model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=None,
+                                   pad_token_id=0)[0, len(prompt):].tolist()
+    assert generated == plain.tokens
+
+
+def test_the_cache_grows_under_the_compiled_step(compiled_fp32) -> None:
+    prepared, eager = compiled_fp32
+    step = prepared.step(4, lookahead=False)  # far too small: the buffers double while compiled steps write to them
+    prompt = _prompt(0)
+    with torch.inference_mode():
+        token = int(step.forward(torch.tensor(prompt), torch.arange(len(prompt)), 1)[-1].argmax())
+        out = [token]
+        for i in range(11):
+            logits = step.forward(torch.tensor([token]), torch.tensor([len(prompt) + i]), 1)
+            token = int(logits[-1].argmax())
+            out.append(token)
+    assert out == eager[0][:12] and step.cache.capacity >= len(prompt) + 11
+
+
+def test_bf16_compiled_step_runs_on_the_rows_copy_and_agrees_with_eager() -> None:
+    model = make_model(tiny_llama_config(96, hidden_size=96, num_attention_heads=6, num_key_value_heads=3), seed=4)
+    model = model.to(torch.bfloat16)
+    apply_layout(model, PACKED_ROWS)
+    prompt = _prompt(1)
+    with torch.inference_mode():
+        eager_step = LlamaStep(model, 64)
+        eager_step.forward(torch.tensor(prompt), torch.arange(len(prompt)), 1)
+        eager = eager_step.forward(torch.tensor([7]), torch.tensor([len(prompt)]), 1)
+    prepared = compiled(model)
+    with torch.inference_mode():
+        step = prepared.step(64, lookahead=False)
+        step.forward(torch.tensor(prompt), torch.arange(len(prompt)), 1)
+        logits = step.forward(torch.tensor([7]), torch.tensor([len(prompt)]), 1)
+    # bf16: the compiled layer keeps fp32 between operators where eager rounds to bf16, so the logits
+    # agree to bf16's precision, not bit for bit (fp32 is exact: the tests above)
+    assert logits.shape == eager.shape == (1, model.config.vocab_size)  # the whole head, from the last layer's call
+    assert torch.allclose(logits.float(), eager.float(), atol=0.05, rtol=0.02)
+    decoding = Decoding(prepared, prompt, max_new_tokens=12)
+    assert _layer_calls(model, lambda: list(decoding)) == 1 and len(decoding.tokens) == 12
+
+
+def test_models_it_cannot_run_keep_the_eager_step() -> None:
+    packed = make_model(tiny_llama_config(96), seed=0)
+    apply_layout(packed, PACKED)  # packed without a plain copy: no plain weights to compile against
+    assert "packed-only" in why_not_compilable(packed)
+    assert isinstance(compile_step(packed), str)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_weights_compile_and_decode_as_their_eager_step(bits: int) -> None:
+    from core.runtime.weights.quantized import quantize_model
+
+    model = make_model(tiny_llama_config(96), seed=7)
+    quantize_model(model, bits)  # fp32 activations: the compiled step must give the eager quantized step's tokens
+    prompts = [_prompt(seed) for seed in range(2)]
+    eager = [Decoding(model, prompt, max_new_tokens=24) for prompt in prompts]
+    for decoding in eager:
+        list(decoding)
+    prepared = compiled(model)
+    for prompt, expected in zip(prompts, eager):
+        decoding = Decoding(prepared, prompt, max_new_tokens=24)
+        assert _layer_calls(model, lambda: list(decoding)) == 1
+        assert decoding.tokens == expected.tokens
+
+
+def test_models_loaded_one_after_another_each_run_their_own_compiled_step() -> None:
+    """Switching models in the app: each shape and kind of weights gets its own compiled layer."""
+    from core.runtime.weights.quantized import quantize_model
+
+    models = [make_model(tiny_llama_config(96, hidden_size=48 + 16 * i), seed=i) for i in range(3)]
+    quantize_model(models[1], 8)
+    quantize_model(models[2], 4)
+    models.append(make_model(tiny_llama_config(96, attention_bias=True, mlp_bias=True), seed=3))  # joined biases
+    prepared = [compiled(model) for model in models]
+    for model in prepared:
+        decoding = Decoding(model, _prompt(1), max_new_tokens=12)
+        assert _layer_calls(model.model, lambda: list(decoding)) == 1
+        expected = Decoding(model.model, _prompt(1), max_new_tokens=12)  # eager
+        list(expected)
+        assert decoding.tokens == expected.tokens
+
+
+def test_a_failing_compiler_leaves_the_eager_step(tmp_path, monkeypatch) -> None:
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # nothing cached: it must compile
+    model = make_model(tiny_llama_config(96, hidden_size=80, num_attention_heads=5, num_key_value_heads=5), seed=2)
+    prompt = _prompt(2)
+    expected = Decoding(model, prompt, max_new_tokens=10)
+    list(expected)
+    with inductor_config.patch({"cpp.cxx": (None, str(tmp_path / "no-such-compiler"))}):
+        reason = compile_step(model)
+    assert isinstance(reason, str) and reason.startswith("compiling failed")
+    assert not list((tmp_path / "inductor").rglob("layer-*"))  # no package, whole or partial
+    again = Decoding(model, prompt, max_new_tokens=10)
+    list(again)
+    assert again.tokens == expected.tokens
+
+
+def test_without_a_compiler_a_fresh_process_measures_on_with_the_eager_step(tmp_path) -> None:
+    """In a new process with no compiler installed, compiling fails and calibration must go on eager
+    (it once failed whole, when inductor's own probe of the vector instructions failed first)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from tests.conftest import make_model, tiny_llama_config\n"
+        "from core.autotune.prepare import fastest_step\n"
+        "print('compiled:', fastest_step(make_model(tiny_llama_config(96), seed=1)).compiled)\n"
+    )
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("compiled: None"), done.stdout
+    assert "stays eager: compiling it failed: No working C++ compiler" in done.stderr
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="needs an x86 processor with AVX2")
+def test_with_avx2_the_products_read_the_model_dtype_and_int8_takes_torchs_kernel(tmp_path) -> None:
+    """The form the compiled step takes on processors without AVX-512 (emulated: ATEN_CPU_CAPABILITY=avx2)
+    decodes as the eager step does, for float and int8 weights."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from tests.conftest import make_model, tiny_llama_config\n"
+        "from core.lookahead import Decoding\n"
+        "from core.runtime.weights.quantized import quantize_model\n"
+        "from tests.core.runtime.test_compiled_step import _layer_calls, _prompt, compiled\n"
+        "for bits in (None, 8):\n"
+        "    model = make_model(tiny_llama_config(96), seed=7)\n"
+        "    if bits: quantize_model(model, bits)\n"
+        "    eager = Decoding(model, _prompt(0), max_new_tokens=24); list(eager)\n"
+        "    prepared = compiled(model)\n"
+        "    spec = prepared.compiled.spec\n"
+        "    assert 'avx2' in spec.machine and not spec.fp32_products, spec\n"
+        "    decoding = Decoding(prepared, _prompt(0), max_new_tokens=24)\n"
+        "    assert _layer_calls(model, lambda: list(decoding)) == 1\n"
+        "    assert decoding.tokens == eager.tokens, (bits, decoding.tokens, eager.tokens)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok"), done.stdout
+
+
+def test_a_model_converted_after_compiling_runs_eager_again() -> None:
+    """Compiled code fits one dtype: after ``model.to(bfloat16)`` the step must not feed it bf16 weights."""
+    model = make_model(tiny_llama_config(96), seed=4)
+    prepared = compiled(model)
+    model.to(torch.bfloat16)
+    converted = Decoding(prepared, _prompt(4), max_new_tokens=12)
+    assert _layer_calls(model, lambda: list(converted)) == 12  # every step eager
+    expected = Decoding(model, _prompt(4), max_new_tokens=12)
+    list(expected)
+    assert converted.tokens == expected.tokens
+
+
+def test_a_damaged_package_is_compiled_again(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    model = make_model(tiny_llama_config(96), seed=5)
+    compiled(model)
+    packages = list((tmp_path / "inductor" / "lookahead-steps").glob("*.pt2"))
+    assert len(packages) == 1
+    packages[0].write_bytes(b"not a package")  # a disk error, or a copy cut short
+    prepared = compiled(model)
+    assert packages[0].stat().st_size > 1000
+    decoding = Decoding(prepared, _prompt(5), max_new_tokens=10)
+    assert _layer_calls(model, lambda: list(decoding)) == 1

@@ -1,0 +1,88 @@
+"""Compiling several variants' decoding steps side by side, in child processes."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from core.lookahead import Decoding
+from core.progress import Cancelled
+from core.runtime.compiled.package import compile_job
+from core.runtime.compiled.parallel import compile_in_parallel
+from core.runtime.weights.quantized import quantize_model
+from tests.conftest import make_model, tiny_llama_config
+from tests.core.runtime.test_compiled_step import _layer_calls, _prompt, compiled
+
+
+def _variants() -> list:
+    """A float and an int8 variant of one tiny model, as calibration compiles them."""
+    int8 = make_model(tiny_llama_config(96), seed=11)
+    quantize_model(int8, 8)
+    return [make_model(tiny_llama_config(96), seed=11), int8]
+
+
+def test_children_compile_the_packages_that_the_models_then_load(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # the children's cache too
+    models = _variants()
+    compile_in_parallel(models)
+    paths = [compile_job(model).path for model in models]
+    assert len(set(paths)) == 2 and all(path.is_file() for path in paths)
+    stamps = [path.stat().st_mtime_ns for path in paths]
+    for model in models:
+        eager = Decoding(model, _prompt(3), max_new_tokens=12)
+        list(eager)
+        decoding = Decoding(compiled(model), _prompt(3), max_new_tokens=12)
+        assert _layer_calls(model, lambda: list(decoding)) == 1  # the compiled step ran
+        assert decoding.tokens == eager.tokens
+    assert [path.stat().st_mtime_ns for path in paths] == stamps  # loaded, not compiled again
+    assert not list((tmp_path / "inductor" / "lookahead-steps").glob("*partial*"))
+
+
+def test_cancel_stops_the_children_and_leaves_no_package(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    models = _variants()
+    with pytest.raises(Cancelled):
+        compile_in_parallel(models, cancelled=lambda: True)
+    deadline = time.perf_counter() + 6  # the children are compiling by then
+    with pytest.raises(Cancelled):
+        compile_in_parallel(models, cancelled=lambda: time.perf_counter() > deadline)
+    assert not any(compile_job(model).path.exists() for model in models)
+    assert not list((tmp_path / "inductor").rglob("*.partial.pt2"))
+
+
+def test_children_that_fail_are_reported_and_the_models_compile_as_before(tmp_path, monkeypatch, caplog) -> None:
+    import torch._inductor.config  # noqa: F401 - reads CXX once, on import: this process keeps its compiler
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    models = _variants()
+    assert len({compile_job(model).path for model in models}) == 2  # this process's compiler is fine
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))  # the children's is not
+    with caplog.at_level(logging.WARNING, logger="core.runtime.compiled.parallel"):
+        compile_in_parallel(models)
+    failures = [r.getMessage() for r in caplog.records if "in a child process failed" in r.getMessage()]
+    assert len(failures) == 2 and all("C++ compiler" in failure for failure in failures), failures
+    assert not any(compile_job(model).path.exists() for model in models)
+
+
+def test_nothing_to_do_for_a_single_package(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    model, same_shapes = make_model(tiny_llama_config(96), seed=12), make_model(tiny_llama_config(96), seed=13)
+    assert compile_job(model).path == compile_job(same_shapes).path
+    compile_in_parallel([model, same_shapes])  # one package for both: one compile, left to compile_step in this process
+    assert not compile_job(model).path.exists()
+
+
+def test_the_app_command_line_runs_a_child(tmp_path, monkeypatch) -> None:
+    """What the frozen app's children run: ``lookahead-chat _compile-step JOB``."""
+    import torch
+
+    from app.cli import main
+    from core.runtime.compiled.parallel import CHILD_COMMAND
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    job = compile_job(make_model(tiny_llama_config(96), seed=14))
+    torch.save(job, tmp_path / "job.pt")
+    assert main([CHILD_COMMAND, str(tmp_path / "job.pt")]) == 0
+    assert job.path.is_file()
