@@ -35,11 +35,11 @@ class ChartStyle:
     grid: QColor
 
     @classmethod
-    def light(cls) -> "ChartStyle":
+    def light(cls) -> ChartStyle:
         return cls(QColor("#ffffff"), QColor("#202124"), QColor("#5f6368"), QColor("#e3e5e8"))
 
     @classmethod
-    def from_palette(cls, palette: QPalette) -> "ChartStyle":
+    def from_palette(cls, palette: QPalette) -> ChartStyle:
         text = palette.color(QPalette.ColorRole.Text)
         base = palette.color(QPalette.ColorRole.Base)
         muted = QColor(text)
@@ -89,8 +89,16 @@ def _font(painter: QPainter, size: float, bold: bool = False) -> QFontMetricsF:
     return QFontMetricsF(font)
 
 
-def _frame(painter: QPainter, rect: QRectF, style: ChartStyle, title: str, x_ticks: list[float] | None,
-           y_ticks: list[float], x_name: str, y_name: str) -> QRectF:
+def _frame(
+    painter: QPainter,
+    rect: QRectF,
+    style: ChartStyle,
+    title: str,
+    x_ticks: list[float] | None,
+    y_ticks: list[float],
+    x_name: str,
+    y_name: str,
+) -> QRectF:
     """Background, title, grid, tick labels and axis names; returns the plot area.
 
     ``x_ticks`` ``None``: the caller labels the x axis itself (bars).
@@ -98,8 +106,11 @@ def _frame(painter: QPainter, rect: QRectF, style: ChartStyle, title: str, x_tic
     painter.fillRect(rect, style.background)
     metrics = _font(painter, 10, bold=True)
     painter.setPen(style.text)
-    painter.drawText(QRectF(rect.left() + MARGIN, rect.top() + 6, rect.width() - 2 * MARGIN, metrics.height()),
-                     Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, title)
+    painter.drawText(
+        QRectF(rect.left() + MARGIN, rect.top() + 6, rect.width() - 2 * MARGIN, metrics.height()),
+        Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+        title,
+    )
     top = rect.top() + 10 + metrics.height() * 1.6
     metrics = _font(painter, 8.5)
     y_width = max(metrics.horizontalAdvance(_label(v)) for v in y_ticks) + 8
@@ -113,23 +124,38 @@ def _frame(painter: QPainter, rect: QRectF, style: ChartStyle, title: str, x_tic
     painter.setPen(style.muted)
     for v in y_ticks:
         y = plot.bottom() - plot.height() * v / y_ticks[-1]
-        painter.drawText(QRectF(plot.left() - y_width - 4, y - 8, y_width, 16),
-                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, _label(v))
+        painter.drawText(
+            QRectF(plot.left() - y_width - 4, y - 8, y_width, 16),
+            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+            _label(v),
+        )
     for v in x_ticks or ():
         x = plot.left() + plot.width() * v / x_ticks[-1]
-        painter.drawText(QRectF(x - 30, plot.bottom() + 3, 60, metrics.height()), Qt.AlignmentFlag.AlignHCenter, _label(v))
-    painter.drawText(QRectF(plot.left(), plot.bottom() + 3 + metrics.height(), plot.width(), metrics.height() + 2),
-                     Qt.AlignmentFlag.AlignHCenter, x_name)
+        painter.drawText(
+            QRectF(x - 30, plot.bottom() + 3, 60, metrics.height()), Qt.AlignmentFlag.AlignHCenter, _label(v)
+        )
+    painter.drawText(
+        QRectF(plot.left(), plot.bottom() + 3 + metrics.height(), plot.width(), metrics.height() + 2),
+        Qt.AlignmentFlag.AlignHCenter,
+        x_name,
+    )
     painter.save()
     painter.translate(rect.left() + MARGIN, plot.center().y())
     painter.rotate(-90)
-    painter.drawText(QRectF(-plot.height() / 2, -2, plot.height(), metrics.height() + 2), Qt.AlignmentFlag.AlignHCenter, y_name)
+    painter.drawText(
+        QRectF(-plot.height() / 2, -2, plot.height(), metrics.height() + 2), Qt.AlignmentFlag.AlignHCenter, y_name
+    )
     painter.restore()
     return plot
 
 
-def paint_timeline(painter: QPainter, rect: QRectF, series: Sequence[Series], style: ChartStyle,
-                   title: str = "Tokens generated over time") -> None:
+def paint_timeline(
+    painter: QPainter,
+    rect: QRectF,
+    series: Sequence[Series],
+    style: ChartStyle,
+    title: str = "Tokens generated over time",
+) -> None:
     """Cumulative tokens against seconds, one stair line per series, legend at the top left."""
     max_x = max((p[0] for s in series for p in s.points), default=0.0)
     max_y = max((p[1] for s in series for p in s.points), default=0.0)
@@ -159,8 +185,14 @@ def paint_timeline(painter: QPainter, rect: QRectF, series: Sequence[Series], st
         y += metrics.height() + 4
 
 
-def paint_histogram(painter: QPainter, rect: QRectF, counts: Mapping[int, int], color: str, style: ChartStyle,
-                    title: str = "Accepted tokens per lookahead step") -> None:
+def paint_histogram(
+    painter: QPainter,
+    rect: QRectF,
+    counts: Mapping[int, int],
+    color: str,
+    style: ChartStyle,
+    title: str = "Accepted tokens per lookahead step",
+) -> None:
     """One bar per tokens-per-step value (1 .. the largest seen), its count above it."""
     top_k = max(counts, default=1)
     keys = list(range(1, max(top_k, 1) + 1))
@@ -175,15 +207,29 @@ def paint_histogram(painter: QPainter, rect: QRectF, counts: Mapping[int, int], 
         painter.fillRect(bar, QColor(color))
         painter.setPen(style.text)
         if n:
-            painter.drawText(QRectF(bar.left() - 10, bar.top() - metrics.height() - 1, bar.width() + 20, metrics.height()),
-                             Qt.AlignmentFlag.AlignHCenter, str(n))
+            painter.drawText(
+                QRectF(bar.left() - 10, bar.top() - metrics.height() - 1, bar.width() + 20, metrics.height()),
+                Qt.AlignmentFlag.AlignHCenter,
+                str(n),
+            )
         painter.setPen(style.muted)
-        painter.drawText(QRectF(plot.left() + slot * i, plot.bottom() + 3, slot, metrics.height()),
-                         Qt.AlignmentFlag.AlignHCenter, str(k))
+        painter.drawText(
+            QRectF(plot.left() + slot * i, plot.bottom() + 3, slot, metrics.height()),
+            Qt.AlignmentFlag.AlignHCenter,
+            str(k),
+        )
 
 
-def paint_bars(painter: QPainter, rect: QRectF, categories: Sequence[str], groups: Sequence[BarGroup], style: ChartStyle,
-               title: str, y_name: str, baseline: float | None = None) -> None:
+def paint_bars(
+    painter: QPainter,
+    rect: QRectF,
+    categories: Sequence[str],
+    groups: Sequence[BarGroup],
+    style: ChartStyle,
+    title: str,
+    y_name: str,
+    baseline: float | None = None,
+) -> None:
     """Grouped bars: one group per category, one bar per method, values above; optional dashed baseline."""
     values = [v for g in groups for v in g.values if v is not None]
     y_ticks = nice_ticks(max(values + [baseline or 0.0], default=1.0) * 1.1)
@@ -200,11 +246,17 @@ def paint_bars(painter: QPainter, rect: QRectF, categories: Sequence[str], group
             bar = QRectF(plot.left() + slot * (c + 0.1) + width * g + 1, plot.bottom() - height, width - 2, height)
             painter.fillRect(bar, QColor(group.color))
             painter.setPen(style.text)
-            painter.drawText(QRectF(bar.left() - 8, bar.top() - metrics.height() - 1, bar.width() + 16, metrics.height()),
-                             Qt.AlignmentFlag.AlignHCenter, f"{value:.2f}" if value < 10 else f"{value:.0f}")
+            painter.drawText(
+                QRectF(bar.left() - 8, bar.top() - metrics.height() - 1, bar.width() + 16, metrics.height()),
+                Qt.AlignmentFlag.AlignHCenter,
+                f"{value:.2f}" if value < 10 else f"{value:.0f}",
+            )
         painter.setPen(style.text)
-        painter.drawText(QRectF(plot.left() + slot * c, plot.bottom() + 4, slot, metrics.height()),
-                         Qt.AlignmentFlag.AlignHCenter, category)
+        painter.drawText(
+            QRectF(plot.left() + slot * c, plot.bottom() + 4, slot, metrics.height()),
+            Qt.AlignmentFlag.AlignHCenter,
+            category,
+        )
     if baseline is not None:
         y = plot.bottom() - plot.height() * baseline / y_ticks[-1]
         painter.setPen(QPen(style.muted, 1.2, Qt.PenStyle.DashLine))
@@ -226,7 +278,11 @@ def comparison_series(comparison: Comparison) -> list[Series]:
     plain, ahead = pairs[-1]
     return [
         Series(f"plain  {plain.stats.tokens_per_second:.1f} tok/s", PLAIN_COLOR, plain.timeline()),
-        Series(f"lookahead {comparison.lookahead}  {ahead.stats.tokens_per_second:.1f} tok/s", LOOKAHEAD_COLOR, ahead.timeline()),
+        Series(
+            f"lookahead {comparison.lookahead}  {ahead.stats.tokens_per_second:.1f} tok/s",
+            LOOKAHEAD_COLOR,
+            ahead.timeline(),
+        ),
     ]
 
 
@@ -294,7 +350,9 @@ def save_bench_chart(rows: Sequence[Row], path: Path, metric: str = "speedup") -
         cells = [by_key.get((suite, method)) for suite in suites]
         groups.append(BarGroup(method, color, [None if row is None else getattr(row, metric) for row in cells]))
     width = max(640, 140 + 70 * len(suites) * max(len(groups), 1))
-    render_png(path, width, 420, lambda p, r: paint_bars(p, r, suites, groups, ChartStyle.light(), title, y_name, baseline))
+    render_png(
+        path, width, 420, lambda p, r: paint_bars(p, r, suites, groups, ChartStyle.light(), title, y_name, baseline)
+    )
 
 
 def _method_colors(methods: Sequence[str]) -> list[str]:

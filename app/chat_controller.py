@@ -18,11 +18,11 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from app.chat_view import ChatView
 from app.composer import Composer
-from core.engine.answer_job import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart
 from app.message_widget import MessageWidget
 from app.worker import ModelWorker
 from core.chat.history import HistoryError, HistoryStore, StoredMessage
 from core.chat.prompt import Message
+from core.engine.answer_job import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart
 from core.progress import CancelToken
 from core.settings import Settings
 
@@ -65,8 +65,11 @@ def context_note(start: AnswerStart) -> str:
     notes = [start.note] if start.note else []
     if start.dropped_messages:
         turns = "message was" if start.dropped_messages == 1 else "messages were"
-        notes.insert(0, f"{start.dropped_messages} earlier {turns} left out to fit the model's context of "
-                        f"{start.context_length} tokens (the system prompt is kept).")
+        notes.insert(
+            0,
+            f"{start.dropped_messages} earlier {turns} left out to fit the model's context of "
+            f"{start.context_length} tokens (the system prompt is kept).",
+        )
     return " ".join(notes)
 
 
@@ -287,7 +290,9 @@ class ChatController(QObject):
         """Generate into stored message ``message_id``, which holds ``prefix`` (the model continues it)."""
         assert self.current_id is not None
         settings = self.settings()
-        history = [Message(m.role, m.text) for m in self.view.messages if m.text or m.role == "user"]  # the active branch
+        history = [
+            Message(m.role, m.text) for m in self.view.messages if m.text or m.role == "user"
+        ]  # the active branch
         messages = ([Message("system", self.system_prompt)] if self.system_prompt else []) + history
         token = CancelToken()
         self.live = LiveAnswer(self.current_id, message_id, token, prefix=prefix, text=prefix, saved_text=prefix)
@@ -375,8 +380,13 @@ class ChatController(QObject):
         if live is not None:
             live.cancel.cancel()
             self.live = None
-            self._save(live.message_id, live.text, status="interrupted", mode=live.start.mode if live.start else None,
-                       stats=live.figures.as_dict() if live.figures else None)
+            self._save(
+                live.message_id,
+                live.text,
+                status="interrupted",
+                mode=live.start.mode if live.start else None,
+                stats=live.figures.as_dict() if live.figures else None,
+            )
         self._flush_unsaved()
         self._autosave.stop()
 
@@ -385,8 +395,13 @@ class ChatController(QObject):
             return
         message_id, text, status, outcome = self._unsaved
         figures = outcome.figures
-        if self._save(message_id, text, status=status, mode=figures.mode if figures else None,
-                      stats=figures.as_dict() if figures else None):
+        if self._save(
+            message_id,
+            text,
+            status=status,
+            mode=figures.mode if figures else None,
+            stats=figures.as_dict() if figures else None,
+        ):
             self._unsaved = None
             self.conversations_changed.emit()
         elif not self._autosave.isActive():

@@ -10,8 +10,8 @@ from PySide6.QtCore import qVersion
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
-from core.engine.ready import ModelInfo
 from app.shortcuts import SHORTCUTS
+from core.engine.ready import ModelInfo
 
 
 def _version(package: str) -> str:
@@ -53,7 +53,11 @@ class AboutDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("About Lookahead Chat")
         device = f"{model.device_label} ({model.precision})" if model else "no model loaded"
-        model_line = f"{model.name}, {model.parameters / 1e6:.0f}M parameters, context {model.context_length}" if model else "none"
+        model_line = (
+            f"{model.name}, {model.parameters / 1e6:.0f}M parameters, context {model.context_length}"
+            if model
+            else "none"
+        )
         rows = [
             ("Lookahead Chat", _version("lookahead-chat")),
             ("Model", model_line),
@@ -66,7 +70,8 @@ class AboutDialog(QDialog):
         text = "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in rows)
         self.label = QLabel(
             "<p>Offline chat with local language models, made fast by lookahead decoding "
-            "(Fu et al., ICML 2024).</p>" f"<table>{text}</table>"
+            "(Fu et al., ICML 2024).</p>"
+            f"<table>{text}</table>"
         )
         self.label.setWordWrap(True)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)

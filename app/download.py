@@ -8,9 +8,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from core.progress import CancelToken
 from core.models.errors import ModelError
 from core.models.hub import download_hub_model
+from core.progress import CancelToken
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,9 @@ from PySide6.QtCore import QObject, QTimer
 class GuiThreadCollector(QObject):
     """Disables automatic GC and collects from a GUI-thread timer; ``stop()`` restores it."""
 
-    def __init__(self, busy: Callable[[], bool] = lambda: False, interval_ms: int = 500, parent: QObject | None = None) -> None:
+    def __init__(
+        self, busy: Callable[[], bool] = lambda: False, interval_ms: int = 500, parent: QObject | None = None
+    ) -> None:
         super().__init__(parent)
         self._busy = busy
         self._thresholds = gc.get_threshold()

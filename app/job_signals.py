@@ -19,7 +19,7 @@ class JobSignals(QObject):
     finished = Signal()
     ended = Signal()  # after any of the three: one place to return to idle
 
-    def listener(self) -> "SignalListener":
+    def listener(self) -> SignalListener:
         """A :class:`core.engine.jobs.JobListener` that emits these signals."""
         return SignalListener(self)
 

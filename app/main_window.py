@@ -34,8 +34,6 @@ from app.compare.hook import install_compare
 from app.composer import Composer
 from app.dialogs import AboutDialog, HelpDialog
 from app.history_list import HistoryList
-from core.engine.answer_job import AnswerOutcome
-from core.engine.ready import ModelInfo
 from app.mode_controls import ModeControls
 from app.notices import LoadPanel, NoticeBar
 from app.preset_controls import PresetControls
@@ -49,6 +47,8 @@ from app.theme import apply_theme
 from app.worker import ModelWorker
 from core.atomic import write_text_atomic
 from core.chat.history import HistoryError, open_history
+from core.engine.answer_job import AnswerOutcome
+from core.engine.ready import ModelInfo
 from core.paths import AppPaths, resource_path
 from core.presets import Preset, PresetStore
 from core.settings import LookaheadSettings, SamplingSettings, Settings, SettingsStore
@@ -298,8 +298,10 @@ class MainWindow(QMainWindow):
         try:
             self.settings_store.save(self.settings)
         except OSError as err:
-            self.show_error(f"Could not save the settings ({err.strerror or err}). Free disk space or check the folder "
-                            f"{self.paths.config_dir}; the new settings apply until the app closes.")
+            self.show_error(
+                f"Could not save the settings ({err.strerror or err}). Free disk space or check the folder "
+                f"{self.paths.config_dir}; the new settings apply until the app closes."
+            )
 
     # --- conversations ------------------------------------------------------------------------------
 
@@ -342,7 +344,9 @@ class MainWindow(QMainWindow):
         conv = self.store.conversation(conversation_id)
         if conv is None:
             return
-        answer = QMessageBox.question(self, "Delete chat", f"Delete “{conv.title}” and all its messages? This cannot be undone.")
+        answer = QMessageBox.question(
+            self, "Delete chat", f"Delete “{conv.title}” and all its messages? This cannot be undone."
+        )
         if answer == QMessageBox.StandardButton.Yes and self.chat.delete(conversation_id):
             self.compare_page.store.delete_conversation(str(conversation_id))
             self.refresh_conversations()
@@ -426,7 +430,7 @@ class MainWindow(QMainWindow):
 
     # --- closing ------------------------------------------------------------------------------------
 
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt name)
+    def closeEvent(self, event: QCloseEvent) -> None:
         """Save a half-finished answer (marked interrupted), stop the worker, close the history."""
         self.chat.shutdown()
         if not self.worker.shutdown(SHUTDOWN_S):

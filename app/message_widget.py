@@ -79,7 +79,7 @@ class MessageText(QTextBrowser):
     def _fit(self) -> None:
         self.setFixedHeight(int(self.document().size().height()) + 4)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt name)
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self.document().setTextWidth(self.viewport().width())
         self._fit()
@@ -143,14 +143,20 @@ class MessageWidget(QFrame):
         self.speaker = QLabel("You" if role == "user" else "Assistant", objectName="speaker")
         self.status = QLabel("", objectName="status")
         self.copy_button = self._action("Copy", "Copy this message as Markdown", self.copy_text)
-        self.edit_button = self._action("Edit", "Edit this message and send it again as a new branch (Ctrl+E: the last one)",
-                                        self.begin_edit)
-        self.regenerate_button = self._action("Regenerate", "Generate this answer again (Ctrl+R)", self.regenerate_requested.emit)
-        self.continue_button = self._action("Continue", "Generate more of this answer, from where it was cut off",
-                                            self.continue_requested.emit)
+        self.edit_button = self._action(
+            "Edit", "Edit this message and send it again as a new branch (Ctrl+E: the last one)", self.begin_edit
+        )
+        self.regenerate_button = self._action(
+            "Regenerate", "Generate this answer again (Ctrl+R)", self.regenerate_requested.emit
+        )
+        self.continue_button = self._action(
+            "Continue", "Generate more of this answer, from where it was cut off", self.continue_requested.emit
+        )
         for button in (self.edit_button, self.regenerate_button, self.continue_button):
             button.setVisible(False)
-        self.previous_button = self._action("‹", "The previous version of this message", lambda: self.branch_requested.emit(-1))
+        self.previous_button = self._action(
+            "‹", "The previous version of this message", lambda: self.branch_requested.emit(-1)
+        )
         self.branch_label = QLabel("", objectName="status")
         self.next_button = self._action("›", "The next version of this message", lambda: self.branch_requested.emit(1))
         self.branch_arrows = (self.previous_button, self.branch_label, self.next_button)
@@ -237,12 +243,12 @@ class MessageWidget(QFrame):
         self._render_timer.stop()
         stable = stable_prefix_length(self._text)
         if stable > self._stable_length:
-            self.segments[-1].show_markdown(self._text[self._stable_length:stable])
+            self.segments[-1].show_markdown(self._text[self._stable_length : stable])
             self._stable_length = stable
             tail = MessageText(self.renderer, self)
             self._layout.insertWidget(self._layout.indexOf(self.segments[-1]) + 1, tail)
             self.segments.append(tail)
-        self.segments[-1].show_markdown(self._text[self._stable_length:])
+        self.segments[-1].show_markdown(self._text[self._stable_length :])
 
     @property
     def continuable(self) -> bool:

@@ -26,7 +26,9 @@ class LookaheadEditor(QWidget):
     def __init__(self, settings: LookaheadSettings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.auto = QCheckBox("Best measured on this machine")
-        self.window = QSpinBox(minimum=0, maximum=64, toolTip="W: Jacobi columns guessed in parallel (0: verification only)")
+        self.window = QSpinBox(
+            minimum=0, maximum=64, toolTip="W: Jacobi columns guessed in parallel (0: verification only)"
+        )
         self.ngram = QSpinBox(minimum=2, maximum=16, toolTip="N: n-gram size; a step emits at most N tokens")
         self.guesses = QSpinBox(minimum=0, maximum=64, toolTip="G: n-gram candidates verified per step")
         form = QFormLayout(self)
@@ -40,7 +42,11 @@ class LookaheadEditor(QWidget):
             box.valueChanged.connect(self._emit)
 
     def set_settings(self, settings: LookaheadSettings) -> None:
-        for widget, value in ((self.window, settings.window), (self.ngram, settings.ngram), (self.guesses, settings.guesses)):
+        for widget, value in (
+            (self.window, settings.window),
+            (self.ngram, settings.ngram),
+            (self.guesses, settings.guesses),
+        ):
             widget.blockSignals(True)
             widget.setValue(value)
             widget.blockSignals(False)
@@ -76,8 +82,12 @@ class ModeControls(QWidget):
 
     def __init__(self, mode: str, lookahead: LookaheadSettings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.auto = QToolButton(text="Auto", checkable=True, toolTip="The fastest exact decoding measured on this machine (Ctrl+L cycles)")
-        self.plain = QToolButton(text="Plain", checkable=True, toolTip="Plain decoding, one token per step (Ctrl+L cycles)")
+        self.auto = QToolButton(
+            text="Auto", checkable=True, toolTip="The fastest exact decoding measured on this machine (Ctrl+L cycles)"
+        )
+        self.plain = QToolButton(
+            text="Plain", checkable=True, toolTip="Plain decoding, one token per step (Ctrl+L cycles)"
+        )
         self.lookahead = QToolButton(text="Lookahead", checkable=True, toolTip="Lookahead decoding (Ctrl+L cycles)")
         self._buttons = {"auto": self.auto, "plain": self.plain, "lookahead": self.lookahead}
         self.group = QButtonGroup(self, exclusive=True)

@@ -18,8 +18,9 @@ class PresetControls(QWidget):
     chosen = Signal(object)  # SamplingSettings
     error = Signal(str)
 
-    def __init__(self, store: PresetStore, user: tuple[Preset, ...], sampling: SamplingSettings,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self, store: PresetStore, user: tuple[Preset, ...], sampling: SamplingSettings, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.store = store
         self.user = user
@@ -27,7 +28,9 @@ class PresetControls(QWidget):
         self.combo = QComboBox(toolTip="Sampling preset: temperature, top-k/p, min-p, repetition penalty, token limit")
         self.combo.setMinimumContentsLength(10)
         self.combo.activated.connect(self._activated)
-        self.menu_button = QToolButton(text="…", toolTip="Save the current sampling settings as a preset, or delete one")
+        self.menu_button = QToolButton(
+            text="…", toolTip="Save the current sampling settings as a preset, or delete one"
+        )
         self.menu_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.menu_button)
         self.save_action = QAction("Save current settings as a preset…", self)
@@ -73,8 +76,10 @@ class PresetControls(QWidget):
             self.error.emit(str(err))
             return False
         except OSError as err:
-            self.error.emit(f"Could not save the presets ({err.strerror or err}). Free disk space or check the folder "
-                            f"{self.store.path.parent}.")
+            self.error.emit(
+                f"Could not save the presets ({err.strerror or err}). Free disk space or check the folder "
+                f"{self.store.path.parent}."
+            )
             return False
         self.user = user
         self.show_sampling(self.sampling)
@@ -102,7 +107,8 @@ class PresetControls(QWidget):
 
     def _ask_name(self) -> None:
         current = matching(self.user, self.sampling)
-        name, ok = QInputDialog.getText(self, "Save preset", "Name for the current sampling settings:",
-                                        text=current.name if current else "")
+        name, ok = QInputDialog.getText(
+            self, "Save preset", "Name for the current sampling settings:", text=current.name if current else ""
+        )
         if ok:
             self.save_as(name)

@@ -74,8 +74,12 @@ class ServerControl(QObject):
             await server.stop()
         if wanted is None or not wanted.enabled:
             return
-        server = LocalServer(self.runner, lambda: AnswerDefaults.from_settings(self.settings()),
-                             ServerConfig.from_settings(wanted), self.activity)
+        server = LocalServer(
+            self.runner,
+            lambda: AnswerDefaults.from_settings(self.settings()),
+            ServerConfig.from_settings(wanted),
+            self.activity,
+        )
         try:
             await server.start()
         except ServerStartError as err:

@@ -55,7 +55,7 @@ class ServerLog(QDialog):
         self.text = QPlainTextEdit(readOnly=True)
         QVBoxLayout(self).addWidget(self.text)
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt name)
+    def showEvent(self, event) -> None:
         self.refresh()
         super().showEvent(event)
 

@@ -123,8 +123,12 @@ class SettingsDialog(QDialog):
         form.addRow("Device", self.device)
         form.addRow("Precision (dtype)", self.dtype)
         form.addRow("Quantization", self.quantization)
-        form.addRow("", QLabel("'auto' picks the measured best for the device; CUDA quantization needs bitsandbytes.",
-                               enabled=False))
+        form.addRow(
+            "",
+            QLabel(
+                "'auto' picks the measured best for the device; CUDA quantization needs bitsandbytes.", enabled=False
+            ),
+        )
         self.source_kind.currentIndexChanged.connect(self._source_kind_changed)
         self._set_download_visible(False)
         self._source_kind_changed()
@@ -132,12 +136,16 @@ class SettingsDialog(QDialog):
 
     def _sampling_tab(self, sampling: SamplingSettings) -> QWidget:
         page = QWidget()
-        self.temperature = QDoubleSpinBox(minimum=0.0, maximum=5.0, singleStep=0.1, decimals=2, value=sampling.temperature)
+        self.temperature = QDoubleSpinBox(
+            minimum=0.0, maximum=5.0, singleStep=0.1, decimals=2, value=sampling.temperature
+        )
         self.temperature.setToolTip("0 means greedy: the same answer every time")
         self.top_p = QDoubleSpinBox(minimum=0.01, maximum=1.0, singleStep=0.05, decimals=2, value=sampling.top_p)
         self.top_k = QSpinBox(minimum=0, maximum=1000, value=sampling.top_k, specialValueText="off")
         self.min_p = QDoubleSpinBox(minimum=0.0, maximum=0.99, singleStep=0.01, decimals=2, value=sampling.min_p)
-        self.repetition_penalty = QDoubleSpinBox(minimum=0.5, maximum=3.0, singleStep=0.05, decimals=2, value=sampling.repetition_penalty)
+        self.repetition_penalty = QDoubleSpinBox(
+            minimum=0.5, maximum=3.0, singleStep=0.05, decimals=2, value=sampling.repetition_penalty
+        )
         self.max_new_tokens = QSpinBox(minimum=1, maximum=32768, value=sampling.max_new_tokens)
         self.seed = QSpinBox(minimum=-1, maximum=2**31 - 1, specialValueText="random")
         self.seed.setValue(-1 if sampling.seed is None else sampling.seed)
@@ -164,18 +172,26 @@ class SettingsDialog(QDialog):
         self.theme.setCurrentIndex(THEMES.index(settings.theme))
         form = QFormLayout(page)
         form.addRow("Default system prompt", self.system_prompt)
-        form.addRow("", QLabel("New chats start with it; each chat can change its own above the messages.", enabled=False))
+        form.addRow(
+            "", QLabel("New chats start with it; each chat can change its own above the messages.", enabled=False)
+        )
         form.addRow("Theme", self.theme)
         return page
 
     def _server_tab(self, server: ServerSettings) -> QWidget:
         page = QWidget()
-        self.server_enabled = QCheckBox("Serve an OpenAI-compatible API while the window is open", checked=server.enabled)
+        self.server_enabled = QCheckBox(
+            "Serve an OpenAI-compatible API while the window is open", checked=server.enabled
+        )
         self.server_port = QSpinBox(minimum=1, maximum=65535, value=server.port)
         self.server_key = QLineEdit(server.api_key, echoMode=QLineEdit.EchoMode.PasswordEchoOnEdit)
         self.server_key.setPlaceholderText("none: any program on this computer may use the API")
-        self.server_network = QCheckBox("Allow other computers to connect (listen on all interfaces)", checked=server.allow_network)
-        self.server_network.setToolTip("Off: only programs on this computer (127.0.0.1). Set an API key before turning this on.")
+        self.server_network = QCheckBox(
+            "Allow other computers to connect (listen on all interfaces)", checked=server.allow_network
+        )
+        self.server_network.setToolTip(
+            "Off: only programs on this computer (127.0.0.1). Set an API key before turning this on."
+        )
         self.server_max_tokens = QSpinBox(minimum=1, maximum=32768, value=server.max_tokens)
         form = QFormLayout(page)
         form.addRow(self.server_enabled)
@@ -183,8 +199,15 @@ class SettingsDialog(QDialog):
         form.addRow("API key (Bearer)", self.server_key)
         form.addRow(self.server_network)
         form.addRow("Max tokens per request", self.server_max_tokens)
-        form.addRow("", QLabel("Base URL: http://127.0.0.1:PORT/v1 (see the README). Answers share the window's model "
-                               "and queue behind its chats.", wordWrap=True, enabled=False))
+        form.addRow(
+            "",
+            QLabel(
+                "Base URL: http://127.0.0.1:PORT/v1 (see the README). Answers share the window's model "
+                "and queue behind its chats.",
+                wordWrap=True,
+                enabled=False,
+            ),
+        )
         return page
 
     # --- result -----------------------------------------------------------------------------------
@@ -193,8 +216,12 @@ class SettingsDialog(QDialog):
         """The edited settings; raises ValueError with a message when a value is invalid."""
         kind = self.source_kind.currentData()
         source = ModelSource(kind, "" if kind == "default" else self.location.text().strip())
-        load = LoadOptions(self.device.currentText(), self.dtype.currentText(), self.quantization.currentData(),
-                           self._settings.load.attn_implementation)
+        load = LoadOptions(
+            self.device.currentText(),
+            self.dtype.currentText(),
+            self.quantization.currentData(),
+            self._settings.load.attn_implementation,
+        )
         sampling = SamplingSettings(
             temperature=self.temperature.value(),
             top_p=self.top_p.value(),
@@ -205,10 +232,22 @@ class SettingsDialog(QDialog):
             seed=None if self.seed.value() < 0 else self.seed.value(),
             stop_strings=tuple(self.stop_strings.toPlainText().splitlines()),
         )
-        server = ServerSettings(self.server_enabled.isChecked(), self.server_port.value(), self.server_key.text().strip(),
-                                self.server_network.isChecked(), self.server_max_tokens.value())
-        return replace(self._settings, source=source, load=load, sampling=sampling,
-                       system_prompt=self.system_prompt.toPlainText().strip(), theme=self.theme.currentData(), server=server)
+        server = ServerSettings(
+            self.server_enabled.isChecked(),
+            self.server_port.value(),
+            self.server_key.text().strip(),
+            self.server_network.isChecked(),
+            self.server_max_tokens.value(),
+        )
+        return replace(
+            self._settings,
+            source=source,
+            load=load,
+            sampling=sampling,
+            system_prompt=self.system_prompt.toPlainText().strip(),
+            theme=self.theme.currentData(),
+            server=server,
+        )
 
     def accept(self) -> None:
         try:
@@ -232,7 +271,9 @@ class SettingsDialog(QDialog):
         self.browse.setVisible(kind in ("folder", "gguf"))
         self.download_button.setVisible(kind == "hub")
         self.location.setPlaceholderText(
-            {"folder": "a folder with config.json and weights", "gguf": "a .gguf file", "hub": "owner/name"}.get(kind, "")
+            {"folder": "a folder with config.json and weights", "gguf": "a .gguf file", "hub": "owner/name"}.get(
+                kind, ""
+            )
         )
 
     def _pick_known(self, index: int) -> None:
@@ -243,7 +284,9 @@ class SettingsDialog(QDialog):
 
     def _browse(self) -> None:
         if self.source_kind.currentData() == "gguf":
-            path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF file", self.location.text(), "GGUF models (*.gguf)")
+            path, _ = QFileDialog.getOpenFileName(
+                self, "Choose a GGUF file", self.location.text(), "GGUF models (*.gguf)"
+            )
         else:
             path = QFileDialog.getExistingDirectory(self, "Choose a model folder", self.location.text())
         if path:
@@ -269,7 +312,9 @@ class SettingsDialog(QDialog):
         self.download_status.setText(stage)
 
     def _download_finished(self, folder: str) -> None:
-        ModelRegistry(self.paths).add(ModelSource("hub", self._download.repo_id if self._download else self.location.text()))
+        ModelRegistry(self.paths).add(
+            ModelSource("hub", self._download.repo_id if self._download else self.location.text())
+        )
         self.download_status.setText(f"Downloaded to {folder}. Press OK to load it.")
         self._download_done()
 
@@ -298,4 +343,3 @@ class SettingsDialog(QDialog):
         for i in range(self.tabs.count()):
             if self.tabs.tabText(i) == name:
                 self.tabs.setCurrentIndex(i)
-

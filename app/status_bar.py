@@ -33,7 +33,9 @@ class FiguresBar(QStatusBar):
         prefix = "GPU: " if info.device_kind == "cuda" else ""
         self.device.setText(f"{prefix}{info.device_label} · {info.precision}")
         self.auto.setText(info.auto_reason)
-        self.auto.setToolTip("What Auto runs, from a short measurement of this machine made once per model, dtype and thread count")
+        self.auto.setToolTip(
+            "What Auto runs, from a short measurement of this machine made once per model, dtype and thread count"
+        )
         self.set_context(0, info.context_length)
 
     def set_device_label(self, label: str, kind: str, precision: str) -> None:

@@ -27,8 +27,11 @@ class SystemPromptBar(QWidget):
         super().__init__(parent)
         self.label = QLabel("", objectName="status")
         self.label.setTextFormat(Qt.TextFormat.PlainText)
-        self.edit_button = QToolButton(objectName="messageAction", text="Edit",
-                                       toolTip="This chat's system prompt (new chats start from the default in Settings)")
+        self.edit_button = QToolButton(
+            objectName="messageAction",
+            text="Edit",
+            toolTip="This chat's system prompt (new chats start from the default in Settings)",
+        )
         self.edit_button.clicked.connect(self.edit_requested)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(16, 4, 16, 0)

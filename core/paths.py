@@ -25,7 +25,7 @@ class AppPaths:
     cache_dir: Path
 
     @classmethod
-    def default(cls) -> "AppPaths":
+    def default(cls) -> AppPaths:
         home = os.environ.get("LOOKAHEAD_CHAT_HOME")
         cache = os.environ.get("LOOKAHEAD_CHAT_CACHE")
         cache_dir = Path(cache) if cache else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
@@ -42,7 +42,7 @@ class AppPaths:
         """Converted and downloaded models."""
         return self.cache_dir / "models"
 
-    def ensure(self) -> "AppPaths":
+    def ensure(self) -> AppPaths:
         """Create the folders if they are missing; returns self."""
         for folder in (self.config_dir, self.data_dir, self.cache_dir):
             folder.mkdir(parents=True, exist_ok=True)

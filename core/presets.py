@@ -34,7 +34,9 @@ class Preset:
 BUILTIN: tuple[Preset, ...] = (
     Preset("Precise", SamplingSettings(temperature=0.0, repetition_penalty=1.1), builtin=True),
     Preset("Balanced", SamplingSettings(temperature=0.7, top_p=0.9, top_k=40, repetition_penalty=1.1), builtin=True),
-    Preset("Creative", SamplingSettings(temperature=1.0, top_p=0.95, min_p=0.05, repetition_penalty=1.05), builtin=True),
+    Preset(
+        "Creative", SamplingSettings(temperature=1.0, top_p=0.95, min_p=0.05, repetition_penalty=1.05), builtin=True
+    ),
 )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 ProgressCallback = Callable[[str, float], None]
 """Called with a stage description and the fraction done (0..1)."""

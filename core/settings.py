@@ -149,7 +149,7 @@ class Settings:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Settings":
+    def from_json(cls, data: dict[str, Any]) -> Settings:
         """Build settings from parsed JSON; unknown keys are ignored, bad values raise ValueError."""
         if not isinstance(data, dict):
             raise ValueError("the settings file does not hold a JSON object")

@@ -10,27 +10,62 @@ import re
 
 # Qt modules the app never uses.  tests/packaging checks that no module the app imports is listed.
 EXCLUDED_QT = [
-    "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtQuickWidgets", "PySide6.QtQuickControls2",
-    "PySide6.QtQuickTest", "PySide6.QtDesigner", "PySide6.QtUiTools", "PySide6.QtTest", "PySide6.QtSql",
-    "PySide6.QtPdf", "PySide6.QtPdfWidgets", "PySide6.QtHelp", "PySide6.QtXml", "PySide6.QtOpenGL",
-    "PySide6.QtOpenGLWidgets", "PySide6.QtPrintSupport", "PySide6.QtConcurrent", "PySide6.QtWebEngineCore",
-    "PySide6.QtWebEngineWidgets", "PySide6.QtMultimedia", "PySide6.QtCharts", "PySide6.Qt3DCore",
-    "PySide6.QtDBus", "PySide6.QtSvgWidgets",  # (QtNetwork stays: one window per data folder uses QLocalServer)
+    "PySide6.QtQml",
+    "PySide6.QtQuick",
+    "PySide6.QtQuickWidgets",
+    "PySide6.QtQuickControls2",
+    "PySide6.QtQuickTest",
+    "PySide6.QtDesigner",
+    "PySide6.QtUiTools",
+    "PySide6.QtTest",
+    "PySide6.QtSql",
+    "PySide6.QtPdf",
+    "PySide6.QtPdfWidgets",
+    "PySide6.QtHelp",
+    "PySide6.QtXml",
+    "PySide6.QtOpenGL",
+    "PySide6.QtOpenGLWidgets",
+    "PySide6.QtPrintSupport",
+    "PySide6.QtConcurrent",
+    "PySide6.QtWebEngineCore",
+    "PySide6.QtWebEngineWidgets",
+    "PySide6.QtMultimedia",
+    "PySide6.QtCharts",
+    "PySide6.Qt3DCore",
+    "PySide6.QtDBus",
+    "PySide6.QtSvgWidgets",  # (QtNetwork stays: one window per data folder uses QLocalServer)
 ]
 
 # Python packages that optional imports would drag in; the app needs none of them.
 EXCLUDED_PY = [
-    "tkinter", "_tkinter", "pytest", "pytestqt", "IPython", "matplotlib", "pandas", "scipy", "sklearn",
-    "tensorflow", "jax", "flax", "torchvision", "torchaudio", "PyQt5", "PyQt6", "PySide2",
+    "tkinter",
+    "_tkinter",
+    "pytest",
+    "pytestqt",
+    "IPython",
+    "matplotlib",
+    "pandas",
+    "scipy",
+    "sklearn",
+    "tensorflow",
+    "jax",
+    "flax",
+    "torchvision",
+    "torchaudio",
+    "PyQt5",
+    "PyQt6",
+    "PySide2",
     "transformers.models.deprecated",
     # (torch.testing._internal must stay: torch.utils.checkpoint imports it when torch is imported.)
     "torch.utils.tensorboard",
 ]
 
-_QT_UNUSED = ("Qml|Quick|Designer|Pdf|Labs|Lottie|Sql|Test|Help|UiTools|Concurrent|PrintSupport|"
-              "OpenGLWidgets|Xml|VirtualKeyboard|ShaderTools|Graphs|DataVisualization|Charts|Multimedia|"
-              "WebEngine|WebChannel|WebSockets|3D|Scxml|StateMachine|RemoteObjects|SerialPort|Sensors|"
-              "Positioning|Location|Bluetooth|Nfc|TextToSpeech|SpatialAudio|HttpServer")
+_QT_UNUSED = (
+    "Qml|Quick|Designer|Pdf|Labs|Lottie|Sql|Test|Help|UiTools|Concurrent|PrintSupport|"
+    "OpenGLWidgets|Xml|VirtualKeyboard|ShaderTools|Graphs|DataVisualization|Charts|Multimedia|"
+    "WebEngine|WebChannel|WebSockets|3D|Scxml|StateMachine|RemoteObjects|SerialPort|Sensors|"
+    "Positioning|Location|Bluetooth|Nfc|TextToSpeech|SpatialAudio|HttpServer"
+)
 
 _COMMON_DROPS = [
     r"^torch/(test|share/cmake)/",  # C++ test binaries, cmake files

@@ -59,7 +59,9 @@ def app_paths(tmp_path: Path, real_paths: AppPaths) -> AppPaths:
 def default_model_folder(real_paths: AppPaths) -> Path:
     """The converted default model; `make test` fetches it before the tests run."""
     if not is_default_model_ready(real_paths):
-        pytest.fail("The default model is not cached: run `make test` (it fetches it) or `lookahead-chat fetch-default`.")
+        pytest.fail(
+            "The default model is not cached: run `make test` (it fetches it) or `lookahead-chat fetch-default`."
+        )
     return default_model_dir(real_paths)
 
 

@@ -144,14 +144,18 @@ def wrong_way(edges: dict[str, set[str]]) -> list[str]:
 def undocumented_deferred_imports(known: dict[str, Path]) -> list[str]:
     """Imports inside functions without a comment on the import block (on its lines or the line above)."""
     found = []
-    for name, path in known.items():
+    for path in known.values():
         lines = path.read_text(encoding="utf-8").splitlines()
         tree = ast.parse("\n".join(lines), str(path))
         skip = _type_checking(tree)
         for function in ast.walk(tree):
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            body = [node for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skip]
+            body = [
+                node
+                for node in ast.walk(function)
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skip
+            ]
             blocks: list[list[ast.stmt]] = []
             for node in sorted(body, key=lambda n: n.lineno):
                 if blocks and node.lineno <= (blocks[-1][-1].end_lineno or node.lineno) + 2:
@@ -196,11 +200,26 @@ def test_core_never_imports_qt() -> None:
     assert qt == [] and edges
 
 
-@pytest.mark.parametrize(("module", "target", "text"), [
-    ("core/runtime/step.py", "core.lookahead.decoder", "from core.lookahead.decoder import Decoding\n"),  # up the layers
-    ("core/lookahead/pool.py", "core.progress", "from core.progress import CancelToken\n"),  # outside the algorithm's own
-    ("core/models/loader.py", "core.autotune.prepare", "from core.autotune.prepare import AutoTuning\n"),  # up the layers
-])
+@pytest.mark.parametrize(
+    ("module", "target", "text"),
+    [
+        (
+            "core/runtime/step.py",
+            "core.lookahead.decoder",
+            "from core.lookahead.decoder import Decoding\n",
+        ),  # up the layers
+        (
+            "core/lookahead/pool.py",
+            "core.progress",
+            "from core.progress import CancelToken\n",
+        ),  # outside the algorithm's own
+        (
+            "core/models/loader.py",
+            "core.autotune.prepare",
+            "from core.autotune.prepare import AutoTuning\n",
+        ),  # up the layers
+    ],
+)
 def test_a_wrong_way_import_is_caught(tmp_path: Path, module: str, target: str, text: str) -> None:
     """The rule on a copy of the tree with one deliberate wrong-way import added."""
     import shutil

@@ -40,8 +40,12 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     mode = args.mode or settings.mode
     system = (Message("system", settings.system_prompt),) if settings.system_prompt else ()
     max_new = args.max_new_tokens if args.max_new_tokens is not None else settings.sampling.max_new_tokens
-    request = AnswerRequest((*system, Message("user", args.prompt)), mode, settings.lookahead,
-                            replace(settings.sampling, max_new_tokens=max_new))
+    request = AnswerRequest(
+        (*system, Message("user", args.prompt)),
+        mode,
+        settings.lookahead,
+        replace(settings.sampling, max_new_tokens=max_new),
+    )
     printer = _Printer()
     try:
         AnswerJob(request, printer).steps_job().run(ready)
@@ -53,14 +57,18 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         sys.stdout.write("\n")
         sys.stdout.flush()  # before stderr's lines: piped, the answer's last line would otherwise end after them
     if outcome is None or outcome.failure is not None:
-        print(f"error: {outcome.failure.message if outcome is not None and outcome.failure else 'the answer did not end'}",
-              file=sys.stderr)
+        print(
+            f"error: {outcome.failure.message if outcome is not None and outcome.failure else 'the answer did not end'}",
+            file=sys.stderr,
+        )
         return 1
     if args.stats and outcome.figures is not None:
         f = outcome.figures
         dtype = str(loaded.dtype).removeprefix("torch.")
-        print(f"{f.new_tokens} tokens, {f.tokens_per_second:.1f} tok/s, {f.tokens_per_step:.2f} tokens/step ({f.mode}; {dtype})",
-              file=sys.stderr)
+        print(
+            f"{f.new_tokens} tokens, {f.tokens_per_second:.1f} tok/s, {f.tokens_per_step:.2f} tokens/step ({f.mode}; {dtype})",
+            file=sys.stderr,
+        )
         if mode == "auto":
             print(ready.auto.reason, file=sys.stderr)
     return 0

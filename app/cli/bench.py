@@ -58,19 +58,28 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         print(profile_table(profile_steps(loaded.model)))
         return 0
     variants = bench_variants(loaded, dtypes)  # as the app's calibration prepares them
-    runner = BenchRunner(loaded, args.max_new_tokens, repetition_penalty=args.repetition_penalty, models=variants.models)
+    runner = BenchRunner(
+        loaded, args.max_new_tokens, repetition_penalty=args.repetition_penalty, models=variants.models
+    )
     names = list(runner.models)
     layouts = {name: layout_of(model.model) for name, model in variants.models.items()}
     compiled = [name for name, model in variants.models.items() if model.compiled is not None]
-    print("weight layouts: " + ", ".join(f"{name} {layout}" for name, layout in layouts.items())
-          + f"; compiled 1-token step: {', '.join(compiled) or 'none'}", file=sys.stderr)
+    print(
+        "weight layouts: "
+        + ", ".join(f"{name} {layout}" for name, layout in layouts.items())
+        + f"; compiled 1-token step: {', '.join(compiled) or 'none'}",
+        file=sys.stderr,
+    )
     tag = (lambda d: f" [{d}]") if len(names) > 1 else (lambda d: "")
     calibration = None
     if "auto" in specs:
         start = time.perf_counter()
         calibration = calibrate_variants(variants)
         runner.chooser = AutoChooser(calibration)
-        print(f"{calibration.reason}; runs {calibration.variant}; calibration {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        print(
+            f"{calibration.reason}; runs {calibration.variant}; calibration {time.perf_counter() - start:.1f} s",
+            file=sys.stderr,
+        )
     run_dtype = calibration.variant if calibration else names[0]
     methods: list[Method] = []
     for d in names:
@@ -85,7 +94,9 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     for config in fixed:
         for pool in pools:
             suffix = "" if pool == "prompt" else f" {pool} pool" if pool != "none" else " no prompt pool"
-            methods.append(Method(f"lookahead {config.label}{suffix}{tag(run_dtype)}", "loop", config, pool=pool, dtype=run_dtype))
+            methods.append(
+                Method(f"lookahead {config.label}{suffix}{tag(run_dtype)}", "loop", config, pool=pool, dtype=run_dtype)
+            )
     if not args.no_peers:
         methods.append(Method(f"prompt lookup {10}{tag(run_dtype)}", "prompt_lookup", dtype=run_dtype))
     runner.warm_up(methods)
@@ -93,18 +104,29 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     results = runner.run(suites, methods, progress_printer("bench: "))
     rows = summarize(results, REFERENCE + tag(names[0]), PLAIN_LOOP + tag(names[0]))
     penalty = f", repetition penalty {args.repetition_penalty}" if args.repetition_penalty != 1.0 else ""
-    title = (f"{loaded.name}, {loaded.device_info.label}, {'/'.join(names)}, {torch.get_num_threads()} threads, "
-             f"{args.max_new_tokens} new tokens{penalty}")
+    title = (
+        f"{loaded.name}, {loaded.device_info.label}, {'/'.join(names)}, {torch.get_num_threads()} threads, "
+        f"{args.max_new_tokens} new tokens{penalty}"
+    )
     print(markdown_table(rows, title))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"model": loaded.name, "device": loaded.device_info.label, "dtypes": names, "layouts": layouts, "compiled": compiled,
-            "threads": torch.get_num_threads(),
-            "max_new_tokens": args.max_new_tokens, "repetition_penalty": args.repetition_penalty,
-            "seconds": time.perf_counter() - start, "suites": [s.name for s in suites], "methods": [m.name for m in methods],
-            "calibration": calibration.as_dict() if calibration else None,
-            "auto_rates": runner.chooser.rates() if runner.chooser else None,
-            "auto_learned": {k: list(v) for k, v in runner.chooser.learned().items()} if runner.chooser else None}
+    meta = {
+        "model": loaded.name,
+        "device": loaded.device_info.label,
+        "dtypes": names,
+        "layouts": layouts,
+        "compiled": compiled,
+        "threads": torch.get_num_threads(),
+        "max_new_tokens": args.max_new_tokens,
+        "repetition_penalty": args.repetition_penalty,
+        "seconds": time.perf_counter() - start,
+        "suites": [s.name for s in suites],
+        "methods": [m.name for m in methods],
+        "calibration": calibration.as_dict() if calibration else None,
+        "auto_rates": runner.chooser.rates() if runner.chooser else None,
+        "auto_learned": {k: list(v) for k, v in runner.chooser.learned().items()} if runner.chooser else None,
+    }
     (out / "bench.json").write_text(json.dumps(report_json(rows, results, meta), indent=1))
     _save_chart(rows, out / "bench.png")
     print(f"Wrote {out / 'bench.json'} and {out / 'bench.png'}.", file=sys.stderr)

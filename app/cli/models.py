@@ -41,18 +41,26 @@ def models(args: argparse.Namespace, paths: AppPaths) -> int:
 def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
     """Write a model (the default one unless --model) as a safetensors folder, optionally in parts."""
     source = source_from_spec(args.model) if args.model else ModelSource()
-    loaded = load_model(source, LoadOptions(device="cpu", dtype=args.dtype, quantization="none"), paths.ensure(),
-                        progress_printer(f"{source.display_name}: "))
+    loaded = load_model(
+        source,
+        LoadOptions(device="cpu", dtype=args.dtype, quantization="none"),
+        paths.ensure(),
+        progress_printer(f"{source.display_name}: "),
+    )
     try:
-        result = write_export(loaded, Path(args.out), DTYPE_BY_NAME[args.dtype], args.split_mb * 10**6 if args.split_mb > 0 else None)
+        result = write_export(
+            loaded, Path(args.out), DTYPE_BY_NAME[args.dtype], args.split_mb * 10**6 if args.split_mb > 0 else None
+        )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     for name, size in result.files:
         print(f"{size / 10**6:10.1f} MB  {result.folder / name}")
     if result.split:
-        print(f"Split into parts: on the other side run `python -m core.bench.join_parts {result.folder}` "
-              "(gpu_check --model joins them by itself).")
+        print(
+            f"Split into parts: on the other side run `python -m core.bench.join_parts {result.folder}` "
+            "(gpu_check --model joins them by itself)."
+        )
     return 0
 
 
@@ -61,7 +69,10 @@ def quality(args: argparse.Namespace, paths: AppPaths) -> int:
     """Perplexity of the model on the shipped fixed text, per quantization (answer quality before and after)."""
     chosen = [q.strip() for q in args.quantizations.split(",") if q.strip()]
     if not chosen or any(q not in QUANTIZATIONS[1:] for q in chosen):
-        print(f"error: --quantizations takes none, 8bit and 4bit, comma-separated (got {args.quantizations!r})", file=sys.stderr)
+        print(
+            f"error: --quantizations takes none, 8bit and 4bit, comma-separated (got {args.quantizations!r})",
+            file=sys.stderr,
+        )
         return 1
     text = quality_text_path().read_text(encoding="utf-8")
     print("| quantization | dtype | perplexity |\n|---|---|---:|")
@@ -71,5 +82,8 @@ def quality(args: argparse.Namespace, paths: AppPaths) -> int:
         ids = loaded.tokenizer(text)["input_ids"]
         value = perplexity(loaded.model, ids)
         print(f"| {quantization} | {str(loaded.dtype).removeprefix('torch.')} | {value:.3f} |")
-    print(f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})", file=sys.stderr)
+    print(
+        f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})",
+        file=sys.stderr,
+    )
     return 0

@@ -28,11 +28,16 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     ready = make_ready(loaded, paths.ensure(), progress=progress_printer())
     end_progress_line()
     print(ready.auto.reason, file=sys.stderr)
-    wanted = {"port": args.port, "api_key": os.environ.get(API_KEY_VARIABLE) if args.api_key is None else args.api_key,
-              "max_tokens": args.max_tokens}
+    wanted = {
+        "port": args.port,
+        "api_key": os.environ.get(API_KEY_VARIABLE) if args.api_key is None else args.api_key,
+        "max_tokens": args.max_tokens,
+    }
     allow_network = args.allow_network or settings.server.allow_network
-    config = replace(ServerConfig.from_settings(replace(settings.server, allow_network=allow_network)),
-                     **{k: v for k, v in wanted.items() if v is not None})
+    config = replace(
+        ServerConfig.from_settings(replace(settings.server, allow_network=allow_network)),
+        **{k: v for k, v in wanted.items() if v is not None},
+    )
     if config.host != "127.0.0.1" and not config.api_key:
         print("warning: other computers may connect and no API key is set (--api-key)", file=sys.stderr)
     defaults = AnswerDefaults.from_settings(replace(settings, mode=args.mode) if args.mode else settings)

@@ -18,8 +18,10 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     calibration = tune(loaded, auto, prompts_per_suite=args.prompts, progress=progress_printer("tune: "))
     curve = calibration.curve
     base = curve.seconds[0]
-    print(f"Step cost on {loaded.device_info.label}, {loaded.name}, {calibration.dtype} "
-          f"(relative to a 1-token step of {base * 1000:.1f} ms):")
+    print(
+        f"Step cost on {loaded.device_info.label}, {loaded.name}, {calibration.dtype} "
+        f"(relative to a 1-token step of {base * 1000:.1f} ms):"
+    )
     print("| tokens fed | " + " | ".join(str(s) for s in curve.sizes) + " |")
     print("|---|" + "---:|" * len(curve.sizes))
     print("| cost | " + " | ".join(f"{t / base:.2f}" for t in curve.seconds) + " |")

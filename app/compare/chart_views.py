@@ -10,8 +10,9 @@ from PySide6.QtWidgets import QWidget
 
 from app.charts import LOOKAHEAD_COLOR, ChartStyle, Series, paint_histogram, paint_timeline
 
-
-LIVE_REPAINT_MS = 1000  # while streaming, repaint at most once a second: drawing competes with decoding for the CPU and the GIL
+LIVE_REPAINT_MS = (
+    1000  # while streaming, repaint at most once a second: drawing competes with decoding for the CPU and the GIL
+)
 
 
 class TimelineView(QWidget):
@@ -43,7 +44,7 @@ class TimelineView(QWidget):
         if not self._repaint.isActive():
             self._repaint.start()
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt override)
+    def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         paint_timeline(painter, QRectF(self.rect()), self.series, ChartStyle.from_palette(self.palette()))
 
@@ -60,6 +61,8 @@ class HistogramView(QWidget):
         self.counts = dict(counts)
         self.update()
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt override)
+    def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
-        paint_histogram(painter, QRectF(self.rect()), self.counts, LOOKAHEAD_COLOR, ChartStyle.from_palette(self.palette()))
+        paint_histogram(
+            painter, QRectF(self.rect()), self.counts, LOOKAHEAD_COLOR, ChartStyle.from_palette(self.palette())
+        )

@@ -53,8 +53,14 @@ class ComparePage(QWidget):
 
     busy_changed = Signal(bool)
 
-    def __init__(self, call: ModelCall | None, paths: AppPaths, settings: Callable[[], Settings],
-                 conversation: Callable[[], str | int | None] = lambda: None, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        call: ModelCall | None,
+        paths: AppPaths,
+        settings: Callable[[], Settings],
+        conversation: Callable[[], str | int | None] = lambda: None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.settings = settings
         self.conversation = conversation
@@ -98,8 +104,14 @@ class ComparePage(QWidget):
         menu.addAction("Chart as PNG\u2026", lambda: self._export("png", "PNG image (*.png)"))
         self.export_button.setMenu(menu)
         controls = QHBoxLayout()
-        for widget in (QLabel("Max new tokens"), self.max_tokens, QLabel("Repeats"), self.repeats,
-                       self.compare_button, self.stop_button):
+        for widget in (
+            QLabel("Max new tokens"),
+            self.max_tokens,
+            QLabel("Repeats"),
+            self.repeats,
+            self.compare_button,
+            self.stop_button,
+        ):
             controls.addWidget(widget)
         controls.addStretch(1)
         controls.addWidget(QLabel("Earlier"))
@@ -149,7 +161,7 @@ class ComparePage(QWidget):
         current = self.conversation()
         return None if current is None else str(current)
 
-    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt override)
+    def showEvent(self, event: QShowEvent) -> None:
         """Coming back to the page: list the current conversation's comparisons."""
         super().showEvent(event)
         if not self.runner.busy:
@@ -168,7 +180,9 @@ class ComparePage(QWidget):
         self.timeline.set_series([])
         self.histogram.set_counts({})
         self._show_status("Warming up\u2026")
-        self.runner.compare(prompt, self.settings(), self.max_tokens.value(), self.repeats.value(), self.conversation_id)
+        self.runner.compare(
+            prompt, self.settings(), self.max_tokens.value(), self.repeats.value(), self.conversation_id
+        )
 
     def stop(self) -> None:
         """Stop the comparison or suite run (within one decoding step; at once if it has not begun)."""
@@ -282,7 +296,9 @@ class ComparePage(QWidget):
             return
         self.prompt.setPlainText(comparison.prompt)
         self.show_comparison(comparison)
-        self._show_status(f"Comparison of {comparison.created.replace('T', ' ')} on {comparison.model} ({comparison.device}).")
+        self._show_status(
+            f"Comparison of {comparison.created.replace('T', ' ')} on {comparison.model} ({comparison.device})."
+        )
 
     def _export(self, kind: str, file_filter: str) -> None:
         if self.comparison is None:

@@ -46,7 +46,7 @@ class _Job(QObject):
     Lives on the GUI thread, so the signals its model-thread listener emits arrive here queued.
     """
 
-    def __init__(self, runner: "CompareRunner") -> None:
+    def __init__(self, runner: CompareRunner) -> None:
         super().__init__(runner)
         self.runner = runner
         self.signals = JobSignals(self)
@@ -105,8 +105,9 @@ class CompareRunner(QObject):
     def busy(self) -> bool:
         return self._job is not None
 
-    def compare(self, prompt: str, settings: Settings, max_new_tokens: int, repeats: int,
-                conversation_id: str | None) -> None:
+    def compare(
+        self, prompt: str, settings: Settings, max_new_tokens: int, repeats: int, conversation_id: str | None
+    ) -> None:
         """Start a comparison of ``prompt`` with the settings' lookahead parameters."""
         job = self._start()
 
@@ -115,7 +116,9 @@ class CompareRunner(QObject):
             loaded = ready.loaded
             lookahead = decoding_plan("lookahead", settings.lookahead, loaded, ready.auto).lookahead
             assert lookahead is not None  # lookahead mode always has a setting
-            request = CompareRequest(prompt, settings.system_prompt, lookahead, max_new_tokens, repeats, conversation_id)
+            request = CompareRequest(
+                prompt, settings.system_prompt, lookahead, max_new_tokens, repeats, conversation_id
+            )
             job.run = ComparisonRun(loaded, request, job.cancel, warm_up=id(loaded.model) not in self._warmed)
             self._warmed.add(id(loaded.model))
             return job.run
@@ -130,7 +133,9 @@ class CompareRunner(QObject):
             job.started.set()
             config = decoding_plan("lookahead", settings.lookahead, ready.loaded, ready.auto).lookahead
             assert config is not None  # lookahead mode always has a setting
-            yield run_suites(ready.loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=job.cancel)
+            yield run_suites(
+                ready.loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=job.cancel
+            )
 
         self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The suite run", urgent=lambda _rows: True))
 

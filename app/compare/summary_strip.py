@@ -89,9 +89,13 @@ class SummaryStrip(QWidget):
         self.plain.set_value(f"{plain.tokens_per_second.median:.1f} tok/s", _spread_note(plain.tokens_per_second))
         self.lookahead.set_value(f"{ahead.tokens_per_second.median:.1f} tok/s", _spread_note(ahead.tokens_per_second))
         faster = summary.speedup.median >= 1.0
-        self.speedup.set_value(f"{summary.speedup.median:.2f}x", _spread_note(summary.speedup, "x"), OK_COLOR if faster else None)
-        self.first_token.set_value(f"{plain.time_to_first_token.median * 1000:.0f} / {ahead.time_to_first_token.median * 1000:.0f} ms",
-                              "plain / lookahead")
+        self.speedup.set_value(
+            f"{summary.speedup.median:.2f}x", _spread_note(summary.speedup, "x"), OK_COLOR if faster else None
+        )
+        self.first_token.set_value(
+            f"{plain.time_to_first_token.median * 1000:.0f} / {ahead.time_to_first_token.median * 1000:.0f} ms",
+            "plain / lookahead",
+        )
         self.per_step.set_value(f"{plain.tokens_per_step:.2f} / {ahead.tokens_per_step:.2f}", "plain / lookahead")
         self.steps.set_value(f"{plain.steps} / {ahead.steps}", f"for {ahead.new_tokens} tokens")
         if summary.identical:

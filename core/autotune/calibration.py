@@ -96,9 +96,11 @@ class Calibration:
         """One line for the status bar: what Auto runs and why."""
         best = self.estimates[0] if self.estimates else None
         where = "this GPU" if self.device == "cuda" else "this CPU"
-        notes = (["int8 weights (faster here; answers may differ slightly)"] if self.quantization == "8bit" else []) + (
-            ["compiled 1-token step"] if self.compiled else []) + (
-            [f"{' and '.join(self.untried)} not tried (not enough free memory)"] if self.untried else [])
+        notes = (
+            (["int8 weights (faster here; answers may differ slightly)"] if self.quantization == "8bit" else [])
+            + (["compiled 1-token step"] if self.compiled else [])
+            + ([f"{' and '.join(self.untried)} not tried (not enough free memory)"] if self.untried else [])
+        )
         tail = f"; {', '.join(notes)}" if notes else ""
         if self.choice is None:
             detail = f" (best, {best.label}, expected {best.speedup:.2f}x)" if best else ""
@@ -119,24 +121,37 @@ class Calibration:
             "choice": self.choice.label if self.choice else "plain",
             "reason": self.reason,
             "estimates": [
-                {"setting": e.label, "tokens_per_step": e.tokens_per_step, "fed_tokens": e.fed_tokens, "speedup": e.speedup}
+                {
+                    "setting": e.label,
+                    "tokens_per_step": e.tokens_per_step,
+                    "fed_tokens": e.fed_tokens,
+                    "speedup": e.speedup,
+                }
                 for e in self.estimates
             ],
         }
 
-    def with_learned(self, learned: dict[str, tuple[float, float]]) -> "Calibration":
+    def with_learned(self, learned: dict[str, tuple[float, float]]) -> Calibration:
         """The same curve, predictions redone with tokens per step measured on this model's answers."""
         settings = [e.setting for e in self.estimates if e.setting is not None]
         return dataclasses.replace(self, estimates=predict(self.curve, settings, learned))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], learned: dict[str, tuple[float, float]] | None = None) -> "Calibration":
+    def from_dict(cls, data: dict[str, Any], learned: dict[str, tuple[float, float]] | None = None) -> Calibration:
         curve = StepCostCurve.from_dict(data["curve"])
         settings = [_parse_label(e["setting"]) for e in data["estimates"] if e["setting"] != "plain"]
-        return cls(str(data["device"]), str(data["dtype"]), curve, predict(curve, settings, learned), float(data["seconds"]),
-                   {str(k): float(v) for k, v in data.get("dtype_seconds", {}).items()}, str(data.get("quantization", "none")),
-                   str(data.get("layout", "plain")), bool(data.get("compiled", False)),
-                   tuple(str(name) for name in data.get("untried", [])))
+        return cls(
+            str(data["device"]),
+            str(data["dtype"]),
+            curve,
+            predict(curve, settings, learned),
+            float(data["seconds"]),
+            {str(k): float(v) for k, v in data.get("dtype_seconds", {}).items()},
+            str(data.get("quantization", "none")),
+            str(data.get("layout", "plain")),
+            bool(data.get("compiled", False)),
+            tuple(str(name) for name in data.get("untried", [])),
+        )
 
 
 def _parse_label(label: str) -> LookaheadConfig:
@@ -165,8 +180,12 @@ def calibrate(
     return Calibration(device.type, dtype, curve, predict(curve, grid(device.type)), time.perf_counter() - start)
 
 
-def calibrate_dtypes(models: dict[str, PreparedModel], progress: Callable[[float], None] | None = None,
-                     cancelled: Callable[[], bool] | None = None, one_token: dict[str, float] | None = None) -> Calibration:
+def calibrate_dtypes(
+    models: dict[str, PreparedModel],
+    progress: Callable[[float], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    one_token: dict[str, float] | None = None,
+) -> Calibration:
     """Calibrate the same model in several variants (name -> model) and keep one (:func:`choose_variant`).
 
     ``one_token`` (name -> seconds of a 1-token step, measured already) picks the float variant at

@@ -49,7 +49,9 @@ class AutoChooser:
     step time, not for its tokens per step, and its probes last that much longer.
     """
 
-    def __init__(self, calibration: Calibration, *, probe_every: int = 32, switch_margin: float = 1.04, smoothing: float = 0.15) -> None:
+    def __init__(
+        self, calibration: Calibration, *, probe_every: int = 32, switch_margin: float = 1.04, smoothing: float = 0.15
+    ) -> None:
         self.calibration = calibration
         self.probe_every = probe_every
         self.switch_margin = switch_margin
@@ -73,7 +75,9 @@ class AutoChooser:
         if self._verify is not None:
             for e in calibration.estimates:
                 if e.setting is not None and e.setting.window == 0 and e.speedup >= KEEP_RATIO:
-                    self._shadows[e.setting] = _Arm(e.setting, e.tokens_per_step, e.fed_tokens, calibration.curve.relative(e.fed_tokens))
+                    self._shadows[e.setting] = _Arm(
+                        e.setting, e.tokens_per_step, e.fed_tokens, calibration.curve.relative(e.fed_tokens)
+                    )
 
     @property
     def settings(self) -> list[LookaheadConfig | None]:
@@ -110,9 +114,18 @@ class AutoChooser:
 
     def learned(self, min_steps: int = 24) -> dict[str, tuple[float, float]]:
         """Tokens per step and tokens fed, measured (or scored) over at least ``min_steps`` steps, per non-plain setting."""
-        found = {a.setting.label: (a.tokens_per_step, a.fed_tokens) for a in self._shadows.values() if a.observed >= min_steps}
-        found.update({a.setting.label: (a.tokens_per_step, a.fed_tokens) for a in self._arms
-                      if a.setting is not None and a.setting.window > 0 and a.observed >= min_steps})
+        found = {
+            a.setting.label: (a.tokens_per_step, a.fed_tokens)
+            for a in self._shadows.values()
+            if a.observed >= min_steps
+        }
+        found.update(
+            {
+                a.setting.label: (a.tokens_per_step, a.fed_tokens)
+                for a in self._arms
+                if a.setting is not None and a.setting.window > 0 and a.observed >= min_steps
+            }
+        )
         return found
 
     def choose(self) -> LookaheadConfig | None:

@@ -29,7 +29,9 @@ class KeptCompiledStep:
     seconds: float
 
 
-def choose_compiled_step(model: Any, cancelled: Callable[[], bool] | None = None, rounds: int = 12) -> KeptCompiledStep | None:
+def choose_compiled_step(
+    model: Any, cancelled: Callable[[], bool] | None = None, rounds: int = 12
+) -> KeptCompiledStep | None:
     """Compile the 1-token step of ``model`` and keep it only if it measures faster than the eager one here.
 
     The two steps alternate over the same cached context, so that machine noise hits both alike.

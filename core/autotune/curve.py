@@ -14,7 +14,7 @@ class StepCostCurve:
     seconds: tuple[float, ...]
 
     @classmethod
-    def monotone(cls, sizes: Sequence[int], seconds: Sequence[float]) -> "StepCostCurve":
+    def monotone(cls, sizes: Sequence[int], seconds: Sequence[float]) -> StepCostCurve:
         """A curve from measured medians, made non-decreasing: feeding more tokens is never cheaper, so
         a narrow step measured slower than a wider one was slowed by the machine (another program
         competing), and takes the wider step's time. Lowering, never raising, keeps the relative
@@ -43,7 +43,7 @@ class StepCostCurve:
         return {"sizes": list(self.sizes), "seconds": list(self.seconds)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "StepCostCurve":
+    def from_dict(cls, data: dict) -> StepCostCurve:
         sizes, seconds = tuple(int(s) for s in data["sizes"]), tuple(float(s) for s in data["seconds"])
         if not sizes or len(sizes) != len(seconds) or min(seconds) <= 0:
             raise ValueError("a step cost curve needs matching, positive sizes and seconds")

@@ -7,7 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 from core.autotune.measure import measure_step_seconds
-from core.runtime.weights.packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, float_dtype, layout_of, packing_available, rows_copy_allowed
+from core.runtime.weights.packed import (
+    PACKED,
+    PACKED_ROWS,
+    PLAIN,
+    apply_layout,
+    float_dtype,
+    layout_of,
+    packing_available,
+    rows_copy_allowed,
+)
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from core.autotune.curve import StepCostCurve
 from core.lookahead.config import LookaheadConfig
 
-
 # Tokens per step and tokens fed per step of each setting, greedy on the default model
 # (SmolLM2-135M-Instruct, bf16, the tuning suites: 12 prompts with the bench's system prompt, 80 new
 # tokens). They are properties of the model and the text, not of the machine: only the starting
@@ -61,7 +60,9 @@ def grid(device_type: str) -> list[LookaheadConfig]:
     return settings if device_type == "cuda" else [s for s in settings if s.window <= 7]
 
 
-def predict(curve: StepCostCurve, settings: Sequence[LookaheadConfig], learned: dict[str, tuple[float, float]] | None = None) -> list[Estimate]:
+def predict(
+    curve: StepCostCurve, settings: Sequence[LookaheadConfig], learned: dict[str, tuple[float, float]] | None = None
+) -> list[Estimate]:
     """Each setting's predicted speed-up over plain, best first; ``learned`` (label -> tokens per step,
     tokens fed) replaces the priors where the model's own answers have measured them."""
     estimates = []

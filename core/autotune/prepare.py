@@ -30,7 +30,15 @@ from core.runtime.compiled.parallel import compile_in_parallel
 from core.runtime.compiled.step import compile_step, why_not_compilable
 from core.runtime.memory import system_memory
 from core.runtime.prepared import PreparedModel
-from core.runtime.weights.packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, layout_of, rows_copy_allowed, rows_copy_fits
+from core.runtime.weights.packed import (
+    PACKED,
+    PACKED_ROWS,
+    PLAIN,
+    apply_layout,
+    layout_of,
+    rows_copy_allowed,
+    rows_copy_fits,
+)
 from core.runtime.weights.variants import bf16_copy, int8_copy, variant_bytes
 
 log = logging.getLogger(__name__)
@@ -122,11 +130,13 @@ def calibrate_or_plain(
     """
     try:
         return ensure_calibrated(loaded, paths, progress, cancel)
-    except Exception as err:  # noqa: BLE001 - any failure here must leave the model usable
+    except Exception as err:  # any failure here must leave the model usable
         log.warning("measuring this machine for Auto failed: %s", err, exc_info=True)
         if loaded.device.type == "cuda":
             torch.cuda.empty_cache()
-        return AutoTuning(f"Auto: plain (measuring this machine failed: {type(err).__name__}; it is tried again at the next load)")
+        return AutoTuning(
+            f"Auto: plain (measuring this machine failed: {type(err).__name__}; it is tried again at the next load)"
+        )
 
 
 def _apply(loaded: LoadedModel, calibration: Calibration, progress: ProgressCallback) -> None:
@@ -153,7 +163,9 @@ def _convert(loaded: LoadedModel, dtype_name: str, quantization: str, layout: st
         loaded.prepared = PreparedModel(int8_copy(loaded.model))
         loaded.dtype, loaded.quantization = torch.bfloat16, "8bit"
     dtype = getattr(torch, dtype_name, None)
-    widens = dtype == torch.float32 and loaded.dtype != torch.float32  # the loader chose the narrower one to leave memory
+    widens = (
+        dtype == torch.float32 and loaded.dtype != torch.float32
+    )  # the loader chose the narrower one to leave memory
     if isinstance(dtype, torch.dtype) and dtype != loaded.dtype and loaded.quantization == "none" and not widens:
         loaded.prepared = PreparedModel(loaded.model.to(dtype))
         loaded.dtype = dtype
@@ -183,14 +195,18 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
     return calibration
 
 
-def _measure_variants(loaded: LoadedModel, report: Callable[[float], None], cancelled: Callable[[], bool] | None) -> Calibration:
+def _measure_variants(
+    loaded: LoadedModel, report: Callable[[float], None], cancelled: Callable[[], bool] | None
+) -> Calibration:
     """The model as loaded (fp32 or bf16), bf16 and (quantization auto) int8 weights, each in its faster
     layout and step; keep the fastest."""
     copies = variant_copies(loaded)
     try:
         # after the copies are made: packing replaces the float layers
         variants = prepare_variants(copies.models, cancelled, lambda fraction: report(STEPS_SHARE * fraction))
-        calibration = calibrate_variants(variants, lambda fraction: report(STEPS_SHARE + (1 - STEPS_SHARE) * fraction), cancelled)
+        calibration = calibrate_variants(
+            variants, lambda fraction: report(STEPS_SHARE + (1 - STEPS_SHARE) * fraction), cancelled
+        )
         loaded.prepared = variants.models[calibration.variant]
         if calibration.quantization == "8bit":
             loaded.dtype, loaded.quantization = torch.bfloat16, "8bit"
@@ -216,14 +232,18 @@ def variant_copies(loaded: LoadedModel) -> VariantCopies:
     """The variants Auto compares on the CPU: the model as loaded, a bf16 copy of an fp32 one, and with
     quantization ``auto`` an int8 one; a copy that would not fit in the free memory is not made."""
     models = {"fp32" if loaded.dtype == torch.float32 else "bf16": loaded.model}
-    wanted = (["bf16"] if loaded.dtype == torch.float32 else []) + (["int8"] if loaded.requested_quantization == "auto" else [])
+    wanted = (["bf16"] if loaded.dtype == torch.float32 else []) + (
+        ["int8"] if loaded.requested_quantization == "auto" else []
+    )
     memory = system_memory()
     room = memory.available if memory is not None else None
     untried = []
     for name in wanted:
         needed = int(COPY_MEMORY_MARGIN * variant_bytes(loaded.model, name))
         if room is not None and needed > room:
-            log.warning("%s weights not tried: they need %.1f GB, and %.1f GB of memory is free", name, needed / 1e9, room / 1e9)
+            log.warning(
+                "%s weights not tried: they need %.1f GB, and %.1f GB of memory is free", name, needed / 1e9, room / 1e9
+            )
             untried.append(name)
             continue
         models[name] = (bf16_copy if name == "bf16" else int8_copy)(loaded.model)
@@ -272,8 +292,13 @@ def _compiles_on_a_rows_copy(model: Any) -> bool:
     return layout_of(model) == PACKED and why_not_compilable(model, weights=False) is None and rows_copy_fits(model)
 
 
-def prepare_variants(models: dict[str, Any], cancelled: Callable[[], bool] | None,
-                     progress: Callable[[float], None] = lambda fraction: None, *, every_variant: bool = False) -> PreparedVariants:
+def prepare_variants(
+    models: dict[str, Any],
+    cancelled: Callable[[], bool] | None,
+    progress: Callable[[float], None] = lambda fraction: None,
+    *,
+    every_variant: bool = False,
+) -> PreparedVariants:
     """Each variant (name -> model) in its fastest step, from the fastest eager step on.
 
     Unless ``every_variant`` (the bench, which compares them all), a variant whose plain eager step is
@@ -307,7 +332,12 @@ def prepare_variants(models: dict[str, Any], cancelled: Callable[[], bool] | Non
     for i, name in enumerate(order):
         progress(0.85 + 0.15 * i / len(order))
         if not every_variant and not compiling_may_pay(eager[name], fastest, gain):
-            log.info("%s: not compiled, its eager step (%.1f ms) could not overtake %.1f ms", name, 1000 * eager[name], 1000 * fastest)
+            log.info(
+                "%s: not compiled, its eager step (%.1f ms) could not overtake %.1f ms",
+                name,
+                1000 * eager[name],
+                1000 * fastest,
+            )
             continue
         compiled = _with_compiled_step(models[name], cancelled)
         result.models[name] = compiled.prepared
@@ -318,14 +348,19 @@ def prepare_variants(models: dict[str, Any], cancelled: Callable[[], bool] | Non
     return result
 
 
-def calibrate_variants(variants: PreparedVariants, progress: Callable[[float], None] | None = None,
-                       cancelled: Callable[[], bool] | None = None) -> Calibration:
+def calibrate_variants(
+    variants: PreparedVariants,
+    progress: Callable[[float], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> Calibration:
     """Auto's calibration of the fastest of the prepared ``variants`` (its name: the result's ``variant``),
     with the weight layout and compiled step it runs on."""
     if len(variants.models) == 1:
         calibration = calibrate(next(iter(variants.models.values())), progress=progress, cancelled=cancelled)
     else:
-        calibration = calibrate_dtypes(variants.models, progress=progress, cancelled=cancelled, one_token=variants.one_token)
+        calibration = calibrate_dtypes(
+            variants.models, progress=progress, cancelled=cancelled, one_token=variants.one_token
+        )
     chosen = variants.models[calibration.variant] if len(variants.models) > 1 else next(iter(variants.models.values()))
     calibration.layout, calibration.compiled = layout_of(chosen.model), chosen.compiled is not None
     return calibration

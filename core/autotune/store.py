@@ -25,7 +25,9 @@ from core.runtime.architecture import step_kind
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 6  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step;
+CALIBRATION_VERSION = (
+    6  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step;
+)
 # 5: packed (fp32) weights compiled too, on a plain copy; 6: the compiled step's own int8 products and head (int8 may win now)
 
 Learned = dict[str, tuple[float, float]]
@@ -53,7 +55,7 @@ class CalibrationStore:
         self.path, self.key = path, key
 
     @classmethod
-    def of(cls, paths: AppPaths, loaded: LoadedModel) -> "CalibrationStore":
+    def of(cls, paths: AppPaths, loaded: LoadedModel) -> CalibrationStore:
         key = calibration_key(loaded)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
         return cls(paths.data_dir / "calibration" / f"{digest}.json", key)
@@ -72,8 +74,14 @@ class CalibrationStore:
             return None
 
     def write(self, calibration: Calibration, learned: Learned | None = None) -> None:
-        write_json_atomic(self.path, {"key": self.key, "calibration": calibration.as_dict(),
-                                      "learned": {k: list(v) for k, v in (learned or {}).items()}})
+        write_json_atomic(
+            self.path,
+            {
+                "key": self.key,
+                "calibration": calibration.as_dict(),
+                "learned": {k: list(v) for k, v in (learned or {}).items()},
+            },
+        )
 
     def add_learned(self, calibration: Calibration, measured: Learned) -> None:
         """Merge ``measured`` into what is stored; a full disk is logged, never raised (the chat goes on,

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM
 
 from core.bench.join_parts import split_folder
 from core.models.loader import LoadedModel
-from transformers import AutoModelForCausalLM
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,17 @@ def export_model(loaded: LoadedModel, out: Path, dtype: torch.dtype, split_bytes
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"The export folder {out} is not empty: choose a new folder, or empty this one first.")
     if loaded.quantization != "none":
-        raise ValueError(f"The model is loaded in {loaded.quantization}; export needs it unquantized (quantization 'none').")
+        raise ValueError(
+            f"The model is loaded in {loaded.quantization}; export needs it unquantized (quantization 'none')."
+        )
     model = loaded.model
     config = copy.deepcopy(model.config)
     config.dtype = dtype
     with torch.device("meta"):  # no memory, no random initialisation: the weights come next
         clone = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    clone.load_state_dict({k: v.detach().to("cpu", dtype) for k, v in model.state_dict().items()}, strict=True, assign=True)
+    clone.load_state_dict(
+        {k: v.detach().to("cpu", dtype) for k, v in model.state_dict().items()}, strict=True, assign=True
+    )
     clone.tie_weights()
     clone.generation_config = copy.deepcopy(model.generation_config)
     out.mkdir(parents=True, exist_ok=True)

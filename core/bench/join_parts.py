@@ -73,7 +73,9 @@ def join_folder(folder: Path) -> list[Path]:
     for name, entry in manifest.items():
         missing = [p for p in entry["parts"] if not (folder / p).is_file()]
         if missing:
-            raise ValueError(f"{folder}: {len(missing)} part(s) of {name} are missing ({', '.join(missing)}); copy them over and join again.")
+            raise ValueError(
+                f"{folder}: {len(missing)} part(s) of {name} are missing ({', '.join(missing)}); copy them over and join again."
+            )
         target = folder / name
         partial = folder / (name + ".joining")
         with partial.open("wb") as out:

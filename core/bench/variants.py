@@ -14,7 +14,12 @@ def bench_variants(loaded: LoadedModel, dtypes: Sequence[str] = ()) -> PreparedV
     """The loaded model and copies in ``dtypes`` (``fp32``, ``bf16``, ``fp16``); with none asked for, on the CPU
     with dtype auto, what Auto chooses between there (fp32, bf16 and with quantization auto int8 weights).
     Every variant gets its fastest weight layout and step: the bench compares each at its best."""
-    if not dtypes and loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none":
+    if (
+        not dtypes
+        and loaded.device.type == "cpu"
+        and loaded.requested_dtype == "auto"
+        and loaded.quantization == "none"
+    ):
         models = variant_copies(loaded).models
     else:
         models = {NAME_BY_DTYPE.get(loaded.dtype, "other"): loaded.model}

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from core.chat.prompt import Message, build_prompt, raw_prompt
+from core.chat.textstream import TextStream
 from core.lookahead import Decoding, LookaheadConfig, NGramPool
 from core.lookahead.decoder import StepChooser
 from core.lookahead.sampling import SamplingConfig, TokenPolicy
@@ -13,7 +14,6 @@ from core.lookahead.stats import DecodeStats
 from core.models.loader import LoadedModel
 from core.progress import CancelToken
 from core.settings import SamplingSettings
-from core.chat.textstream import TextStream
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,11 @@ def policy_for(sampling: SamplingSettings, loaded: LoadedModel) -> TokenPolicy |
         processors = SamplingConfig(repetition_penalty=sampling.repetition_penalty).processors()
         return TokenPolicy(processors, do_sample=False)
     config = SamplingConfig(
-        temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p,
-        repetition_penalty=sampling.repetition_penalty, seed=sampling.seed,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        min_p=sampling.min_p,
+        repetition_penalty=sampling.repetition_penalty,
+        seed=sampling.seed,
     )
     return TokenPolicy.from_config(config, loaded.device)

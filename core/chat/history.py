@@ -72,8 +72,10 @@ AT_END = -1  # add_message's default parent: the last message of the conversatio
 CONVERSATION_COLUMNS = "id, title, created, updated, system_prompt"
 MESSAGE_COLUMNS = "id, conversation_id, role, content, created, status, mode, stats, parent_id"
 # A rank above every other of the message's conversation (parameter: the message's id).
-NEXT_RANK = ("(SELECT COALESCE(MAX(chosen), 0) + 1 FROM messages WHERE conversation_id = "
-             "(SELECT conversation_id FROM messages WHERE id = ?))")
+NEXT_RANK = (
+    "(SELECT COALESCE(MAX(chosen), 0) + 1 FROM messages WHERE conversation_id = "
+    "(SELECT conversation_id FROM messages WHERE id = ?))"
+)
 
 
 class HistoryError(Exception):
@@ -163,11 +165,13 @@ class HistoryStore:
                 raise
             raise _history_error(err, path) from err
         except OSError as err:
-            raise HistoryError(f"The chat history folder {path.parent} could not be created ({err.strerror or err}). "
-                               "Check that the folder is writable.") from err
+            raise HistoryError(
+                f"The chat history folder {path.parent} could not be created ({err.strerror or err}). "
+                "Check that the folder is writable."
+            ) from err
 
     @classmethod
-    def in_folder(cls, data_dir: Path) -> "HistoryStore":
+    def in_folder(cls, data_dir: Path) -> HistoryStore:
         return cls(data_dir / HISTORY_FILE)
 
     @property
@@ -197,8 +201,10 @@ class HistoryStore:
 
     def create_conversation(self, title: str, system_prompt: str | None = None) -> Conversation:
         now = time.time()
-        cur = self._write("INSERT INTO conversations (title, created, updated, system_prompt) VALUES (?, ?, ?, ?)",
-                          (title, now, now, system_prompt))
+        cur = self._write(
+            "INSERT INTO conversations (title, created, updated, system_prompt) VALUES (?, ?, ?, ?)",
+            (title, now, now, system_prompt),
+        )
         return Conversation(int(cur.lastrowid), title, now, now, system_prompt)
 
     def set_system_prompt(self, conversation_id: int, system_prompt: str | None) -> None:
@@ -363,7 +369,9 @@ def open_history(data_dir: Path) -> tuple[HistoryStore, str | None]:
     try:
         return HistoryStore(path), f"{note}; a new, empty history was started."
     except HistoryError as err:
-        return HistoryStore(Path(":memory:")), f"{note}. A new one could not be started either: {err} Chats of this session will not be kept."
+        return HistoryStore(
+            Path(":memory:")
+        ), f"{note}. A new one could not be started either: {err} Chats of this session will not be kept."
 
 
 def close_code_fence(text: str) -> str:
@@ -400,8 +408,16 @@ def _history_error(err: sqlite3.Error | UnicodeDecodeError, path: Path) -> Histo
 
 
 def _message_json(m: StoredMessage) -> dict[str, Any]:
-    return {"id": m.id, "parent_id": m.parent_id, "role": m.role, "content": m.content, "created": m.created,
-            "status": m.status, "mode": m.mode, "stats": m.stats}
+    return {
+        "id": m.id,
+        "parent_id": m.parent_id,
+        "role": m.role,
+        "content": m.content,
+        "created": m.created,
+        "status": m.status,
+        "mode": m.mode,
+        "stats": m.stats,
+    }
 
 
 def _status(status: str) -> str:

@@ -82,7 +82,9 @@ def encode(tokenizer: Any, messages: list[Message]) -> Encoded:
         messages, partial = messages[:-1], messages[-1].content
     if not getattr(tokenizer, "chat_template", None):
         return Encoded(list(tokenizer(render_plain(messages) + partial)["input_ids"]))
-    from jinja2.exceptions import TemplateError  # jinja2 comes with transformers' chat templates, not with transformers itself
+    from jinja2.exceptions import (
+        TemplateError,  # jinja2 comes with transformers' chat templates, not with transformers itself
+    )
 
     try:
         return Encoded(_apply_template(tokenizer, messages, partial))
@@ -121,7 +123,7 @@ def build_prompt(tokenizer: Any, messages: list[Message], budget: int) -> Prompt
             refuses the conversation.
     """
     system = [m for m in messages[:1] if m.role == "system"]
-    rest = messages[len(system):]
+    rest = messages[len(system) :]
     if not rest:
         encoded = encode(tokenizer, system)
         if len(encoded.ids) > budget:
@@ -205,7 +207,7 @@ class _PromptSearch:
         return _prompt(self.encoded[fit], self.cuts[fit])
 
     def _fits(self, position: int) -> bool:
-        encoded = encode(self.tokenizer, self.system + self.rest[self.cuts[position]:])
+        encoded = encode(self.tokenizer, self.system + self.rest[self.cuts[position] :])
         self.encoded[position] = encoded
         return len(encoded.ids) <= self.budget
 

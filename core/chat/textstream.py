@@ -56,7 +56,7 @@ class TextStream:
             return ""
         new = self._decode_new()
         if new is None:
-            new = self._decode(self._context, len(self.ids))[len(self._decode(self._context, self._decoded)):]
+            new = self._decode(self._context, len(self.ids))[len(self._decode(self._context, self._decoded)) :]
             new = new.rstrip(REPLACEMENT)
             self._decoded = len(self.ids)
         return self._release(self._pending + new, final=True)
@@ -70,7 +70,7 @@ class TextStream:
         if full.endswith(REPLACEMENT):
             return None
         self._context, self._decoded = self._decoded, len(self.ids)
-        return full[len(context):]
+        return full[len(context) :]
 
     def _decode(self, start: int, end: int) -> str:
         return self.tokenizer.decode(self.ids[start:end], skip_special_tokens=True) if end > start else ""

@@ -11,7 +11,17 @@ from core.atomic import write_json_atomic, write_text_atomic
 from core.compare.record import Comparison
 from core.compare.summary import summarize
 
-CSV_COLUMNS = ("comparison", "repeat", "mode", "position", "step", "tokens", "seconds", "elapsed_seconds", "total_tokens")
+CSV_COLUMNS = (
+    "comparison",
+    "repeat",
+    "mode",
+    "position",
+    "step",
+    "tokens",
+    "seconds",
+    "elapsed_seconds",
+    "total_tokens",
+)
 
 
 def comparison_json(comparison: Comparison) -> dict[str, Any]:
@@ -30,8 +40,19 @@ def comparison_csv(comparison: Comparison) -> str:
         for step, (tokens, seconds) in enumerate(zip(run.step_tokens, run.step_seconds)):
             elapsed += seconds
             total += tokens
-            writer.writerow([comparison.id, run.repeat, run.mode, run.position, step, tokens,
-                             f"{seconds:.6f}", f"{elapsed:.6f}", total])
+            writer.writerow(
+                [
+                    comparison.id,
+                    run.repeat,
+                    run.mode,
+                    run.position,
+                    step,
+                    tokens,
+                    f"{seconds:.6f}",
+                    f"{elapsed:.6f}",
+                    total,
+                ]
+            )
     return out.getvalue()
 
 

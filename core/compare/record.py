@@ -60,7 +60,7 @@ class RunRecord:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "RunRecord":
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
         return cls(
             mode=str(data["mode"]),
             repeat=int(data["repeat"]),
@@ -104,7 +104,7 @@ class Comparison:
         return asdict(self) | {"format": FORMAT_VERSION, "runs": [r.to_json() for r in self.runs]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Comparison":
+    def from_json(cls, data: dict[str, Any]) -> Comparison:
         """Parse a stored comparison; raises ValueError when the data is not one."""
         try:
             return cls(

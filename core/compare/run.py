@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from core.chat.prompt import Message, build_prompt
+from core.chat.textstream import TextStream
 from core.compare.record import LOOKAHEAD, PLAIN, Comparison, RunRecord
 from core.lookahead import Decoding, LookaheadConfig
 from core.models.loader import LoadedModel
 from core.progress import CancelToken
-from core.chat.textstream import TextStream
 
 WARM_UP_TOKENS = 8
 
@@ -158,5 +158,13 @@ class ComparisonRun:
         if tail:
             yield RunStep(repeat, mode, tail, 0, 0.0, new_tokens, elapsed)
         stats = decoding.stats
-        return RunRecord(mode, repeat, position, list(decoding.tokens), stream.text, decoding.finish_reason,
-                         list(stats.step_seconds), list(stats.step_tokens))
+        return RunRecord(
+            mode,
+            repeat,
+            position,
+            list(decoding.tokens),
+            stream.text,
+            decoding.finish_reason,
+            list(stats.step_seconds),
+            list(stats.step_tokens),
+        )

@@ -63,10 +63,16 @@ class ComparisonStore:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
                 summary = data.get("summary") or {}
-                entries.append(StoredComparison(
-                    path, str(data["created"]), str(data["prompt"]), str(data["lookahead"]),
-                    summary.get("speedup", {}).get("median"), summary.get("identical"),
-                ))
+                entries.append(
+                    StoredComparison(
+                        path,
+                        str(data["created"]),
+                        str(data["prompt"]),
+                        str(data["lookahead"]),
+                        summary.get("speedup", {}).get("median"),
+                        summary.get("identical"),
+                    )
+                )
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
                 log.warning("Skipping the unreadable comparison %s: %s", path, err)
         return entries

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from core.bench.report import Row, summarize
 from core.bench.runner import PLAIN_LOOP, BenchRunner, standard_methods
-from core.suites import DEFAULT_SUITES, load_suite
 from core.lookahead import LookaheadConfig
 from core.models.loader import LoadedModel
 from core.progress import CancelToken, ProgressCallback, no_progress
+from core.suites import DEFAULT_SUITES, load_suite
+
 
 @dataclass(frozen=True)
 class SuiteLine:
@@ -53,6 +54,15 @@ def suite_lines(rows: Sequence[Row]) -> list[SuiteLine]:
         plain, ahead = pair.get("plain"), pair.get("lookahead")
         if plain is None or ahead is None:
             continue
-        lines.append(SuiteLine(suite, plain.tokens_per_second, ahead.tokens_per_second, ahead.speedup_vs_loop,
-                               ahead.tokens_per_step, ahead.identical, ahead.runs))
+        lines.append(
+            SuiteLine(
+                suite,
+                plain.tokens_per_second,
+                ahead.tokens_per_second,
+                ahead.speedup_vs_loop,
+                ahead.tokens_per_step,
+                ahead.identical,
+                ahead.runs,
+            )
+        )
     return lines

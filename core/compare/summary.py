@@ -20,7 +20,7 @@ class Spread:
     count: int
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> "Spread":
+    def of(cls, values: Sequence[float]) -> Spread:
         if not values:
             raise ValueError("a spread needs at least one value")
         return cls(statistics.median(values), min(values), max(values), len(values))
@@ -42,7 +42,7 @@ class ModeSummary:
     new_tokens: int
 
     @classmethod
-    def of(cls, runs: Sequence[RunRecord]) -> "ModeSummary":
+    def of(cls, runs: Sequence[RunRecord]) -> ModeSummary:
         stats = [r.stats for r in runs]
         return cls(
             Spread.of([s.tokens_per_second for s in stats]),
@@ -100,4 +100,3 @@ def first_difference_of(a: Sequence[int], b: Sequence[int]) -> int | None:
 def _ratio(ahead: RunRecord, plain: RunRecord) -> float:
     base = plain.stats.tokens_per_second
     return ahead.stats.tokens_per_second / base if base > 0 else 0.0
-

@@ -69,12 +69,20 @@ class AnswerFigures:
     seconds: float = 0.0
 
     @classmethod
-    def from_stats(cls, mode: str, stats: DecodeStats) -> "AnswerFigures":
-        return cls(mode, stats.new_tokens, stats.steps, stats.tokens_per_second, stats.tokens_per_step, stats.prompt_tokens,
-                   stats.time_to_first_token, stats.total_seconds)
+    def from_stats(cls, mode: str, stats: DecodeStats) -> AnswerFigures:
+        return cls(
+            mode,
+            stats.new_tokens,
+            stats.steps,
+            stats.tokens_per_second,
+            stats.tokens_per_step,
+            stats.prompt_tokens,
+            stats.time_to_first_token,
+            stats.total_seconds,
+        )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None, mode: str | None) -> "AnswerFigures | None":
+    def from_dict(cls, data: dict[str, Any] | None, mode: str | None) -> AnswerFigures | None:
         if not data:
             return None
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "mode"}
@@ -148,18 +156,33 @@ class AnswerJob:
         self._plan = decoding_plan(request.mode, request.lookahead, ready.loaded, ready.auto)
         self._mode = self._plan.label
         shape = self._plan.pool_shape
-        pool = ready.pools.pool_for(request.conversation_id, *shape) if shape and request.conversation_id is not None else None
+        pool = (
+            ready.pools.pool_for(request.conversation_id, *shape)
+            if shape and request.conversation_id is not None
+            else None
+        )
         messages = request.messages if isinstance(request.messages, str) else list(request.messages)
         try:
-            self.answer = Answer(ready.loaded, messages, lookahead=self._plan.lookahead, chooser=self._plan.chooser,
-                                 max_new_tokens=request.sampling.max_new_tokens, stop_strings=request.sampling.stop_strings,
-                                 pool=pool, cancel=request.cancel, sampling=request.sampling)
+            self.answer = Answer(
+                ready.loaded,
+                messages,
+                lookahead=self._plan.lookahead,
+                chooser=self._plan.chooser,
+                max_new_tokens=request.sampling.max_new_tokens,
+                stop_strings=request.sampling.stop_strings,
+                pool=pool,
+                cancel=request.cancel,
+                sampling=request.sampling,
+            )
         except ValueError:  # the prompt (with max new tokens) does not fit the context, or the template refused it
             self._rejected = True
             raise
         answer = self.answer
-        self.listener.started(AnswerStart(self._mode, len(answer.prompt_ids), answer.dropped_messages,
-                                          ready.loaded.context_length, answer.note))
+        self.listener.started(
+            AnswerStart(
+                self._mode, len(answer.prompt_ids), answer.dropped_messages, ready.loaded.context_length, answer.note
+            )
+        )
         return answer
 
     # --- the job's listener (core.engine.jobs.JobListener) ---------------------------------------

@@ -11,6 +11,7 @@ as is.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,7 +19,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from core.models.errors import ModelError
 from core.progress import CancelToken
-import sys
 
 log = logging.getLogger(__name__)
 

@@ -187,7 +187,9 @@ class ModelThread:
             return
         except Exception as err:  # a bug or an unexpected library error must not kill the thread
             log.exception("model load failed")
-            self.events.load_failed(f"Loading the model failed unexpectedly: {err}. Check the model files or choose another model.")
+            self.events.load_failed(
+                f"Loading the model failed unexpectedly: {err}. Check the model files or choose another model."
+            )
             return
         with self._lock:
             superseded = job.cancel.cancelled and job.cancel not in self._tokens

@@ -43,13 +43,26 @@ class ReadyModel:
     @property
     def info(self) -> ModelInfo:
         loaded = self.loaded
-        return ModelInfo(loaded.name, loaded.device_info.label, loaded.device_info.kind,
-                         NAME_BY_DTYPE.get(loaded.dtype, str(loaded.dtype)), loaded.quantization, loaded.context_length,
-                         loaded.parameters, loaded.load_seconds, self.auto.reason)
+        return ModelInfo(
+            loaded.name,
+            loaded.device_info.label,
+            loaded.device_info.kind,
+            NAME_BY_DTYPE.get(loaded.dtype, str(loaded.dtype)),
+            loaded.quantization,
+            loaded.context_length,
+            loaded.parameters,
+            loaded.load_seconds,
+            self.auto.reason,
+        )
 
 
-def make_ready(loaded: LoadedModel, paths: AppPaths, pools: ConversationPools | None = None,
-               progress: ProgressCallback = no_progress, cancel: CancelToken | None = None) -> ReadyModel:
+def make_ready(
+    loaded: LoadedModel,
+    paths: AppPaths,
+    pools: ConversationPools | None = None,
+    progress: ProgressCallback = no_progress,
+    cancel: CancelToken | None = None,
+) -> ReadyModel:
     """Prepare ``loaded`` for this machine and Auto (a failure or Cancel leaves Auto decoding plain)."""
     auto = calibrate_or_plain(loaded, paths, progress, cancel)
     return ReadyModel(loaded, auto, pools if pools is not None else ConversationPools())

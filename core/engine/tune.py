@@ -34,15 +34,21 @@ def tune(
     settings = list(settings) if settings is not None else grid(loaded.device.type)
     prompts = [
         encode_messages(loaded.tokenizer, [Message("user", p.turns[0])])
-        for name in DEFAULT_SUITES for p in load_suite(name, prompts_per_suite).prompts
+        for name in DEFAULT_SUITES
+        for p in load_suite(name, prompts_per_suite).prompts
     ]
     measured: dict[str, tuple[float, float]] = {}
     for i, setting in enumerate(settings):
         progress(f"Measuring {setting.label}", i / len(settings))
         new = steps = fed = 0
         for ids in prompts:
-            decoding = Decoding(loaded.prepared, ids, lookahead=setting, max_new_tokens=max_new_tokens,
-                                eos_token_ids=loaded.eos_token_ids)
+            decoding = Decoding(
+                loaded.prepared,
+                ids,
+                lookahead=setting,
+                max_new_tokens=max_new_tokens,
+                eos_token_ids=loaded.eos_token_ids,
+            )
             for _ in decoding:
                 pass
             new += decoding.stats.new_tokens - 1  # the prefill's token is the same for every method

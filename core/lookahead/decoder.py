@@ -129,7 +129,11 @@ class Decoding:
         self.pool: NGramPool | None = None
         if settings:
             _check_attention(self.model)
-            self.pool = pool if pool is not None else NGramPool(max(s.ngram for s in settings), max(s.guesses for s in settings))
+            self.pool = (
+                pool
+                if pool is not None
+                else NGramPool(max(s.ngram for s in settings), max(s.guesses for s in settings))
+            )
             if settings[0].pool_from_prompt:
                 self.pool.add_sequence(self.prompt)
             self._seed = settings[0].seed
@@ -154,7 +158,12 @@ class Decoding:
                         return
                     setting = self.chooser.choose() if self.chooser is not None else self.config
                     if self._shadows:  # what each would verify now; scored once the answer is known
-                        self._pending.append((len(self.tokens), {s: self.pool.candidates(x, s.guesses, s.ngram - 1) for s in self._shadows}))
+                        self._pending.append(
+                            (
+                                len(self.tokens),
+                                {s: self.pool.candidates(x, s.guesses, s.ngram - 1) for s in self._shadows},
+                            )
+                        )
                     fed_before = self.stats.fed_tokens
                     self._timer.start()
                     emitted = self._lookahead_step(x, setting) if setting is not None else self._plain_step(x)
@@ -170,7 +179,9 @@ class Decoding:
             self._model_step = None  # also when cancelled or abandoned: the KV cache is the big allocation
             self._mask = None
 
-    def _emit(self, emitted: list[int], seconds: float, setting: LookaheadConfig | None, *, prefill: bool = False) -> Iterator[Step]:
+    def _emit(
+        self, emitted: list[int], seconds: float, setting: LookaheadConfig | None, *, prefill: bool = False
+    ) -> Iterator[Step]:
         room = self.max_new_tokens - len(self.tokens)
         kept: list[int] = []
         for token in emitted[:room]:
@@ -209,7 +220,9 @@ class Decoding:
         """Tokens in the KV cache; x (the last emitted token) is never cached yet."""
         return len(self.prompt) + len(self.tokens) - 1
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def _forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         assert self._model_step is not None
         return self._model_step.forward(ids, positions, keep, mask)
 

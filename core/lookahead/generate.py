@@ -54,8 +54,10 @@ def lookahead_generate(
     if mask is not None and not bool(mask.all()):
         raise ValueError("lookahead_generate does not take padded inputs: pass the sequence without padding.")
     if isinstance(lookahead, str):
-        raise ValueError(f"lookahead must be a LookaheadConfig or a step chooser (got {lookahead!r}); for Auto, "
-                         "pass lookahead=auto_lookahead(model), from core.autotune, made once and kept.")
+        raise ValueError(
+            f"lookahead must be a LookaheadConfig or a step chooser (got {lookahead!r}); for Auto, "
+            "pass lookahead=auto_lookahead(model), from core.autotune, made once and kept."
+        )
     if lookahead is None or isinstance(lookahead, LookaheadConfig):
         config, chooser = lookahead or LookaheadConfig(), None
     else:
@@ -72,7 +74,15 @@ def lookahead_generate(
         # generator None: torch's global RNG, so torch.manual_seed() makes runs repeatable, as with generate
         policy = TokenPolicy(logits_processor, do_sample, generator=None)
     streamer = _caller_streamer(model)
-    decoding = Decoding(model, input_ids[0], lookahead=config, chooser=chooser, max_new_tokens=max_new, eos_token_ids=eos_ids, policy=policy)
+    decoding = Decoding(
+        model,
+        input_ids[0],
+        lookahead=config,
+        chooser=chooser,
+        max_new_tokens=max_new,
+        eos_token_ids=eos_ids,
+        policy=policy,
+    )
     sequence = torch.empty(1, prompt_len + max_new, dtype=torch.long, device=input_ids.device)
     sequence[:, :prompt_len] = input_ids
     length, stopped = prompt_len, False

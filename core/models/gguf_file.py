@@ -43,7 +43,9 @@ def supported_gguf_architectures() -> set[str]:
     transformers' GGUF_CONFIG_MAPPING also holds the non-architecture sections 'general' and
     'tokenizer' and the encoder-decoder 't5'/'umt5', which cannot chat.
     """
-    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING  # transformers takes seconds to import: only when a GGUF file is chosen
+    from transformers.integrations.ggml import (
+        GGUF_CONFIG_MAPPING,  # transformers takes seconds to import: only when a GGUF file is chosen
+    )
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     return {a for a in GGUF_CONFIG_MAPPING if a in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES}
@@ -90,7 +92,9 @@ def convert_gguf_to_safetensors(gguf_file: Path, out_dir: Path) -> None:
             folder, gguf_file=name, dtype=torch.float32, output_loading_info=True
         )
     except (ValueError, KeyError, OSError) as err:
-        raise CorruptModelError(f"transformers could not read {gguf_file.name}: {err}", "Download the file again.") from err
+        raise CorruptModelError(
+            f"transformers could not read {gguf_file.name}: {err}", "Download the file again."
+        ) from err
     # transformers fills weights a file lacks with random values and only logs it: refuse that.
     missing = sorted(info.get("missing_keys") or ())
     if missing:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +31,6 @@ from core.progress import CancelToken, ProgressCallback, no_progress
 from core.runtime.memory import system_memory
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.quantized import quantize_model
-import json
-import struct
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,9 @@ def _read_config(folder: Path) -> Any:
 
 def _count_parameters(config: Any) -> int:
     """Parameter count from the config alone (a meta-device model: no memory, no weights)."""
-    from transformers import AutoModelForCausalLM  # transformers takes about a second to import: only when a model loads
+    from transformers import (
+        AutoModelForCausalLM,  # transformers takes about a second to import: only when a model loads
+    )
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -243,18 +245,23 @@ def _validate_safetensors(folder: Path) -> None:
             ) from err
 
 
-def _load_weights(folder: Path, device: torch.device, dtype: torch.dtype, quantization: str, attn: str,
-                  quantize_from: torch.dtype) -> Any:
+def _load_weights(
+    folder: Path, device: torch.device, dtype: torch.dtype, quantization: str, attn: str, quantize_from: torch.dtype
+) -> Any:
     """The model's weights in ``dtype``; CPU int8/int4 weights are quantized from ``quantize_from`` ones
     (fp32, or bf16 for a model whose fp32 weights would crowd the memory: see ``cpu_auto_dtype``)."""
-    from transformers import AutoModelForCausalLM  # transformers takes about a second to import: only when a model loads
+    from transformers import (
+        AutoModelForCausalLM,  # transformers takes about a second to import: only when a model loads
+    )
 
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn}
     cpu_bits = {"8bit": 8, "4bit": 4}.get(quantization) if device.type == "cpu" else None
     if cpu_bits:
         kwargs["dtype"] = quantize_from  # then the rest is cast to ``dtype``
     elif quantization != "none":
-        from transformers import BitsAndBytesConfig  # transformers takes about a second to import: only when a model loads
+        from transformers import (
+            BitsAndBytesConfig,  # transformers takes about a second to import: only when a model loads
+        )
 
         if quantization == "4bit":
             kwargs["quantization_config"] = BitsAndBytesConfig(

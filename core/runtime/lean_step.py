@@ -46,7 +46,9 @@ class LlamaStep:
     def length(self) -> int:
         return self.cache.length
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         q = ids.shape[0]
         past = self.cache.length
         self.cache.reserve(past + q)
@@ -90,8 +92,14 @@ class LlamaStep:
         return logits
 
     def _attention(
-        self, index: int, attn: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-        mask: torch.Tensor | None, causal: bool,
+        self,
+        index: int,
+        attn: Any,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,
+        causal: bool,
     ) -> torch.Tensor:
         q = hidden.shape[1]
         shape = (1, q, -1, self.head_dim)
@@ -104,7 +112,13 @@ class LlamaStep:
             out = self._one_query_attention(query, key, value)
         else:  # grouped-query attention without copies of the cache per group (transformers copies it for a masked step)
             out = F.scaled_dot_product_attention(
-                query, key, value, attn_mask=mask, is_causal=causal, scale=self.scaling, enable_gqa=self.heads > self.kv_heads
+                query,
+                key,
+                value,
+                attn_mask=mask,
+                is_causal=causal,
+                scale=self.scaling,
+                enable_gqa=self.heads > self.kv_heads,
             )
         return attn.o_proj(out.transpose(1, 2).reshape(1, q, -1))
 
@@ -122,4 +136,3 @@ class LlamaStep:
 
     def keep(self, past: int, step_size: int, sources: list[int]) -> None:
         self.cache.keep(past, step_size, sources)
-

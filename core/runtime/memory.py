@@ -34,10 +34,17 @@ def _windows_memory() -> SystemMemory | None:
     import ctypes  # Windows only
 
     class MemoryStatus(ctypes.Structure):
-        _fields_ = [("length", ctypes.c_ulong), ("load", ctypes.c_ulong), ("total", ctypes.c_ulonglong),
-                    ("available", ctypes.c_ulonglong), ("total_page", ctypes.c_ulonglong),
-                    ("available_page", ctypes.c_ulonglong), ("total_virtual", ctypes.c_ulonglong),
-                    ("available_virtual", ctypes.c_ulonglong), ("available_extended", ctypes.c_ulonglong)]
+        _fields_ = [
+            ("length", ctypes.c_ulong),
+            ("load", ctypes.c_ulong),
+            ("total", ctypes.c_ulonglong),
+            ("available", ctypes.c_ulonglong),
+            ("total_page", ctypes.c_ulonglong),
+            ("available_page", ctypes.c_ulonglong),
+            ("total_virtual", ctypes.c_ulonglong),
+            ("available_virtual", ctypes.c_ulonglong),
+            ("available_extended", ctypes.c_ulonglong),
+        ]
 
     status = MemoryStatus(length=ctypes.sizeof(MemoryStatus))
     if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]

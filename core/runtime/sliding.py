@@ -36,7 +36,9 @@ def sliding_window_of(config: Any) -> SlidingWindow | None:
     return SlidingWindow(int(size), mixed=False)
 
 
-def step_masks(mask: torch.Tensor, positions: torch.Tensor, past: int, window: SlidingWindow | None) -> torch.Tensor | dict[str, torch.Tensor]:
+def step_masks(
+    mask: torch.Tensor, positions: torch.Tensor, past: int, window: SlidingWindow | None
+) -> torch.Tensor | dict[str, torch.Tensor]:
     """The model's ``attention_mask`` for a step: ``mask`` ``[q, past+q]`` as 4D, banded by ``window``.
 
     ``positions`` are the step tokens' positions; the cache holds positions ``0 .. past-1``.

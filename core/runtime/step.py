@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import torch
+from transformers import DynamicCache
 
 from core.runtime.sliding import SlidingWindow, sliding_window_of, step_masks
-from transformers import DynamicCache
 
 
 class ModelStep(Protocol):
@@ -24,7 +24,9 @@ class ModelStep(Protocol):
         """Tokens in the cache."""
         ...
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Logits ``[rows, vocab]`` of the kept rows (the last ``keep``, or those indexed) of a step.
 
         ``ids`` and ``positions`` are ``[q]``; ``mask`` is an additive ``[q, length + q]`` mask in the
@@ -51,11 +53,17 @@ class TransformersStep:
     def length(self) -> int:
         return self.cache.get_seq_length()
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         attention = None if mask is None else step_masks(mask, positions, self.length, self.sliding)
         out = self.model(
-            input_ids=ids[None], position_ids=positions[None], attention_mask=attention,
-            cache=self.cache, use_cache=True, logits_to_keep=keep,
+            input_ids=ids[None],
+            position_ids=positions[None],
+            attention_mask=attention,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
         )
         return out.logits[0]
 

@@ -31,7 +31,7 @@ class AnswerDefaults:
     sampling: SamplingSettings
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "AnswerDefaults":
+    def from_settings(cls, settings: Settings) -> AnswerDefaults:
         return cls(settings.mode, settings.lookahead, settings.sampling)
 
 
@@ -64,13 +64,19 @@ Event = Started | Delta | Ended
 class ServerAnswer:
     """The answer for ``request`` with the app's ``defaults``, reported as :data:`Event` s through ``post``."""
 
-    def __init__(self, request: CompletionRequest, defaults: AnswerDefaults, max_tokens_limit: int,
-                 post: Callable[[Event], None]) -> None:
+    def __init__(
+        self, request: CompletionRequest, defaults: AnswerDefaults, max_tokens_limit: int, post: Callable[[Event], None]
+    ) -> None:
         self.post = post
         self.cancel = CancelToken()
         messages = tuple(request.messages) if request.chat else request.prompt
-        self.request = AnswerRequest(messages, request.mode or defaults.mode, defaults.lookahead,
-                                     request.sampling(defaults.sampling, max_tokens_limit), cancel=self.cancel)
+        self.request = AnswerRequest(
+            messages,
+            request.mode or defaults.mode,
+            defaults.lookahead,
+            request.sampling(defaults.sampling, max_tokens_limit),
+            cancel=self.cancel,
+        )
         self._prompt_tokens = 0
 
     def job(self) -> StepsJob:
@@ -100,6 +106,10 @@ def _ended(outcome: AnswerOutcome, prompt_tokens: int) -> Ended:
     figures = outcome.figures
     if figures is None:
         return Ended(state, error=error)
-    lookahead = {"mode": figures.mode, "tokens_per_step": round(figures.tokens_per_step, 4), "steps": figures.steps,
-                 "tokens_per_second": round(figures.tokens_per_second, 2)}
+    lookahead = {
+        "mode": figures.mode,
+        "tokens_per_step": round(figures.tokens_per_step, 4),
+        "steps": figures.steps,
+        "tokens_per_second": round(figures.tokens_per_second, 2),
+    }
     return Ended(state, FINISH_REASONS.get(outcome.finish_reason), prompt_tokens, figures.new_tokens, lookahead, error)

@@ -24,6 +24,6 @@ class ServerConfig:
     max_pending: int = MAX_PENDING
 
     @classmethod
-    def from_settings(cls, settings: ServerSettings) -> "ServerConfig":
+    def from_settings(cls, settings: ServerSettings) -> ServerConfig:
         host = ALL_INTERFACES if settings.allow_network else LOOPBACK
         return cls(host, settings.port, settings.api_key, settings.max_tokens)

@@ -8,8 +8,15 @@ from typing import Any
 class ApiError(Exception):
     """A request the server refuses; becomes ``{"error": {...}}`` with an HTTP status code."""
 
-    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
 

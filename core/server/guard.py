@@ -52,8 +52,12 @@ def guard(config: ServerConfig, activity: Activity):
         outcome = request[OUTCOME] = _Outcome()
         try:
             if config.api_key and not _authorized(request, config.api_key):
-                raise ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>' with the key set "
-                               "in Settings, Server.", code="invalid_api_key")
+                raise ApiError(
+                    401,
+                    "Missing or wrong API key: send 'Authorization: Bearer <key>' with the key set "
+                    "in Settings, Server.",
+                    code="invalid_api_key",
+                )
             response = await handler(request)
             outcome.status = 499 if outcome.gone else response.status
             return response
@@ -66,10 +70,21 @@ def guard(config: ServerConfig, activity: Activity):
             raise
         except Exception as err:  # a bug answers 500 for this request and leaves the server serving
             log.exception("the server failed on %s %s", request.method, request.path)
-            return _error(request, ApiError(500, f"The server failed ({type(err).__name__}). Try again.", kind="server_error"))
+            return _error(
+                request, ApiError(500, f"The server failed ({type(err).__name__}). Try again.", kind="server_error")
+            )
         finally:
-            activity.end(RequestRecord(time.time(), request.method, request.path, outcome.status,
-                                       time.monotonic() - began, outcome.tokens, outcome.detail))
+            activity.end(
+                RequestRecord(
+                    time.time(),
+                    request.method,
+                    request.path,
+                    outcome.status,
+                    time.monotonic() - began,
+                    outcome.tokens,
+                    outcome.detail,
+                )
+            )
 
     return checked
 

@@ -61,8 +61,9 @@ def parse_json(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise ApiError(400, f"The request body is not valid JSON ({_short(err)}). Send a JSON object.",
-                       code="invalid_json") from None
+        raise ApiError(
+            400, f"The request body is not valid JSON ({_short(err)}). Send a JSON object.", code="invalid_json"
+        ) from None
     if not isinstance(data, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
     return data
@@ -108,7 +109,9 @@ def _common(data: dict[str, Any], max_tokens_limit: int, **what: Any) -> Complet
         raise bad_param("n", "Only one choice per request is supported ('n' must be 1).")
     for name in ("frequency_penalty", "presence_penalty"):
         if _number(data, name, -2.0, 2.0) not in (None, 0.0):
-            raise bad_param(name, f"'{name}' is not supported; the app's repetition penalty (Settings, Generation) applies.")
+            raise bad_param(
+                name, f"'{name}' is not supported; the app's repetition penalty (Settings, Generation) applies."
+            )
     max_tokens = _whole(data, "max_completion_tokens", 1, max_tokens_limit)
     max_tokens = _whole(data, "max_tokens", 1, max_tokens_limit) if max_tokens is None else max_tokens
     stream = bool(_optional(data, "stream", bool))

@@ -14,8 +14,11 @@ TOKENS_PER_STEP_HEADER = "X-Lookahead-Tokens-Per-Step"
 
 
 def usage(ended: Ended) -> dict[str, int]:
-    return {"prompt_tokens": ended.prompt_tokens, "completion_tokens": ended.completion_tokens,
-            "total_tokens": ended.prompt_tokens + ended.completion_tokens}
+    return {
+        "prompt_tokens": ended.prompt_tokens,
+        "completion_tokens": ended.completion_tokens,
+        "total_tokens": ended.prompt_tokens + ended.completion_tokens,
+    }
 
 
 def sse(data: dict[str, Any] | str) -> bytes:
@@ -35,8 +38,12 @@ class Shapes:
     def full(self, text: str, ended: Ended) -> dict[str, Any]:
         """The non-streamed body; ``lookahead`` is the extension field (mode, tokens per step)."""
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": ended.finish_reason}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": ended.finish_reason,
+            }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": ended.finish_reason}
         return {**self._head(False), "choices": [choice], "usage": usage(ended), "lookahead": ended.lookahead}

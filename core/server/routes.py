@@ -19,16 +19,19 @@ from core.server.answer_events import AnswerDefaults, Delta, Ended, Event, Serve
 from core.server.config import ServerConfig
 from core.server.errors import ApiError
 from core.server.guard import OUTCOME, guard
+from core.server.model_runner import ModelRunner
 from core.server.protocol import CompletionRequest, parse_chat, parse_completion, parse_json
 from core.server.responses import MODE_HEADER, TOKENS_PER_STEP_HEADER, Shapes, sse
-from core.server.model_runner import ModelRunner
 
 Parse = Callable[[dict[str, Any], int], CompletionRequest]
-CANCELLED = "The answer was cancelled before it ended (the model is being replaced or the app is closing). Send it again."
+CANCELLED = (
+    "The answer was cancelled before it ended (the model is being replaced or the app is closing). Send it again."
+)
 
 
-def make_app(runner: ModelRunner, defaults: Callable[[], AnswerDefaults], config: ServerConfig,
-             activity: Activity) -> web.Application:
+def make_app(
+    runner: ModelRunner, defaults: Callable[[], AnswerDefaults], config: ServerConfig, activity: Activity
+) -> web.Application:
     """The application; ``defaults`` is asked for the app's settings at each request."""
     routes = _Routes(runner, defaults, config)
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[guard(config, activity)])
@@ -61,24 +64,37 @@ class _Routes:
     def _model_named(self, wanted: str) -> str:
         name = self.runner.model_name
         if name is None:
-            raise ApiError(503, "No model is loaded yet: wait for it to load, then try again.", kind="server_error",
-                           code="model_not_ready")
+            raise ApiError(
+                503,
+                "No model is loaded yet: wait for it to load, then try again.",
+                kind="server_error",
+                code="model_not_ready",
+            )
         if wanted != name:
-            raise ApiError(404, f"The model {wanted!r} does not exist here; this server runs {name!r} "
-                           "(GET /v1/models). Choose another model in the app's settings.", code="model_not_found",
-                           param="model")
+            raise ApiError(
+                404,
+                f"The model {wanted!r} does not exist here; this server runs {name!r} "
+                "(GET /v1/models). Choose another model in the app's settings.",
+                code="model_not_found",
+                param="model",
+            )
         return name
 
     async def _complete(self, request: web.Request, parse: Parse) -> web.StreamResponse:
         wanted = parse(parse_json(await request.read()), self.config.max_tokens)
         name = self._model_named(wanted.model)
         if self.pending >= self.config.max_pending:
-            raise ApiError(429, f"{self.pending} requests are already waiting for the model; try again later.",
-                           kind="rate_limit_error", code="too_many_requests")
+            raise ApiError(
+                429,
+                f"{self.pending} requests are already waiting for the model; try again later.",
+                kind="rate_limit_error",
+                code="too_many_requests",
+            )
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
-        answer = ServerAnswer(wanted, self.defaults(), self.config.max_tokens,
-                              lambda event: _post(loop, events, event, answer.cancel))
+        answer = ServerAnswer(
+            wanted, self.defaults(), self.config.max_tokens, lambda event: _post(loop, events, event, answer.cancel)
+        )
         self.pending += 1
         try:
             self.runner.submit(answer.job())
@@ -93,8 +109,9 @@ class _Routes:
             self.pending -= 1
             answer.cancel.cancel()  # the client went away (or the answer is over): stop within one step
 
-    async def _whole(self, request: web.Request, shapes: Shapes, started: Started,
-                     events: asyncio.Queue[Event]) -> web.Response:
+    async def _whole(
+        self, request: web.Request, shapes: Shapes, started: Started, events: asyncio.Queue[Event]
+    ) -> web.Response:
         parts: list[str] = []
         while not isinstance(event := await events.get(), Ended):
             if isinstance(event, Delta):
@@ -102,13 +119,23 @@ class _Routes:
         if event.outcome != "finished":
             raise event.error or ApiError(503, CANCELLED, kind="server_error")
         _note(request, event)
-        headers = {MODE_HEADER: event.lookahead["mode"], TOKENS_PER_STEP_HEADER: f"{event.lookahead['tokens_per_step']:.4f}"}
+        headers = {
+            MODE_HEADER: event.lookahead["mode"],
+            TOKENS_PER_STEP_HEADER: f"{event.lookahead['tokens_per_step']:.4f}",
+        }
         return web.json_response(shapes.full("".join(parts), event), headers=headers)
 
-    async def _stream(self, request: web.Request, wanted: CompletionRequest, shapes: Shapes, started: Started,
-                      events: asyncio.Queue[Event]) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                               MODE_HEADER: started.mode})
+    async def _stream(
+        self,
+        request: web.Request,
+        wanted: CompletionRequest,
+        shapes: Shapes,
+        started: Started,
+        events: asyncio.Queue[Event],
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", MODE_HEADER: started.mode}
+        )
         await response.prepare(request)
         try:
             await response.write(sse(shapes.chunk(first=True)))

@@ -10,8 +10,8 @@ from aiohttp import web
 from core.server.activity import Activity
 from core.server.answer_events import AnswerDefaults
 from core.server.config import ServerConfig
-from core.server.routes import make_app
 from core.server.model_runner import ModelRunner
+from core.server.routes import make_app
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +25,13 @@ class ServerStartError(OSError):
 class LocalServer:
     """The OpenAI-compatible server over ``runner``; :attr:`activity` tells its state and last requests."""
 
-    def __init__(self, runner: ModelRunner, defaults: Callable[[], AnswerDefaults], config: ServerConfig,
-                 activity: Activity | None = None) -> None:
+    def __init__(
+        self,
+        runner: ModelRunner,
+        defaults: Callable[[], AnswerDefaults],
+        config: ServerConfig,
+        activity: Activity | None = None,
+    ) -> None:
         self.runner, self.defaults, self.config = runner, defaults, config
         self.activity = activity or Activity()
         self.port: int | None = None
@@ -46,8 +51,10 @@ class LocalServer:
             await web.TCPSite(self._web, self.config.host, self.config.port).start()
         except OSError as err:
             await self.stop()
-            message = (f"could not listen on {self.config.host}:{self.config.port} ({err.strerror or err}); "
-                       "choose another port in Settings, Server (or --port).")
+            message = (
+                f"could not listen on {self.config.host}:{self.config.port} ({err.strerror or err}); "
+                "choose another port in Settings, Server (or --port)."
+            )
             self.activity.set_state(f"failed: {message}")
             raise ServerStartError(message) from err
         self.port = self._web.addresses[0][1]

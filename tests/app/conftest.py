@@ -88,7 +88,9 @@ class UI:
 
     def wait_text(self, window) -> None:
         """Until the answer being generated has some text."""
-        self.qtbot.waitUntil(lambda: window.chat.live is not None and bool(window.chat.live.text), timeout=ANSWER_TIMEOUT_MS)
+        self.qtbot.waitUntil(
+            lambda: window.chat.live is not None and bool(window.chat.live.text), timeout=ANSWER_TIMEOUT_MS
+        )
 
     @staticmethod
     def stored(window) -> list:

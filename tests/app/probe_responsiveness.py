@@ -21,7 +21,9 @@ from pathlib import Path
 from app.main import enable_offline_mode, leave
 
 log = logging.getLogger("probe")
-PROMPT = "Write a detailed Python tutorial about sorting algorithms with code for bubble sort, merge sort and quicksort."
+PROMPT = (
+    "Write a detailed Python tutorial about sorting algorithms with code for bubble sort, merge sort and quicksort."
+)
 
 
 def main(seconds: float, mode: str) -> int:
@@ -55,7 +57,9 @@ def main(seconds: float, mode: str) -> int:
                 state["began"] = time.monotonic()
                 window.composer.box.setPlainText(PROMPT)
                 window.composer.submit()
-            elif state["phase"] == "generating" and (time.monotonic() - state["began"] > seconds or not window.chat.busy):
+            elif state["phase"] == "generating" and (
+                time.monotonic() - state["began"] > seconds or not window.chat.busy
+            ):
                 state["phase"] = "stopping"
                 state["stop_pressed"] = time.monotonic()
                 window.chat.stop()
@@ -85,10 +89,15 @@ def main(seconds: float, mode: str) -> int:
         + (f"; answer {figures.new_tokens} tokens at {figures.tokens_per_second:.1f} tok/s" if figures else ""),
         flush=True,
     )
-    print(f"stop to idle: {state['stop_seconds'] * 1000:.0f} ms (target under 1000 ms); "
-          f"closing mid-answer: {close_seconds * 1000:.0f} ms (target under 2000 ms)", flush=True)
+    print(
+        f"stop to idle: {state['stop_seconds'] * 1000:.0f} ms (target under 1000 ms); "
+        f"closing mid-answer: {close_seconds * 1000:.0f} ms (target under 2000 ms)",
+        flush=True,
+    )
     return leave(window)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(float(sys.argv[1]) if len(sys.argv) > 1 else 60.0, sys.argv[2] if len(sys.argv) > 2 else "lookahead"))
+    raise SystemExit(
+        main(float(sys.argv[1]) if len(sys.argv) > 1 else 60.0, sys.argv[2] if len(sys.argv) > 2 else "lookahead")
+    )

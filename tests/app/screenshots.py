@@ -60,7 +60,7 @@ def main(out: Path) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out.mkdir(parents=True, exist_ok=True)
-    app = QApplication.instance() or QApplication(sys.argv)
+    _app = QApplication.instance() or QApplication(sys.argv)
     real = AppPaths.default()
     with tempfile.TemporaryDirectory(prefix="lookahead-shots-") as tmp:
         paths = AppPaths(Path(tmp) / "config", Path(tmp) / "data", real.cache_dir).ensure()
@@ -103,8 +103,13 @@ def main(out: Path) -> int:
         first_run.resize(1280, 800)
         first_run.show()
         panel = first_run.load_panel
-        wait_until(lambda: (panel.label.text().startswith("Downloading") and panel.progress.value() >= 60)
-                   or panel.retry.isVisible(), 180)
+        wait_until(
+            lambda: (
+                (panel.label.text().startswith("Downloading") and panel.progress.value() >= 60)
+                or panel.retry.isVisible()
+            ),
+            180,
+        )
         settle()
         first_run.grab().save(str(out / "model-download.png"))
         first_run.close()

@@ -35,4 +35,7 @@ def test_the_prompt_holds_the_conversation_shown(tiny_settings, open_window, ui)
     ui.send(window, "Second question")
     first_answer = window.chat_view.messages[1].text
     assert [(m.role, m.content) for m in prompts[0]] == [
-        ("user", "First question"), ("assistant", first_answer), ("user", "Second question")]
+        ("user", "First question"),
+        ("assistant", first_answer),
+        ("user", "Second question"),
+    ]

@@ -49,7 +49,9 @@ def reopen(window, open_window, ui) -> object:
     return again
 
 
-def test_editing_an_earlier_message_branches_and_both_branches_survive_a_restart(tiny_settings, open_window, ui) -> None:
+def test_editing_an_earlier_message_branches_and_both_branches_survive_a_restart(
+    tiny_settings, open_window, ui
+) -> None:
     tiny_settings(system_prompt="")
     window = open_window()
     requests = record_requests(window)
@@ -202,7 +204,9 @@ def test_presets_from_the_toolbar(tiny_settings, open_window, ui, app_paths) -> 
 
 def test_a_damaged_presets_file_is_reported_and_the_window_still_opens(tiny_settings, open_window, app_paths) -> None:
     tiny_settings()
-    (app_paths.config_dir / PRESETS_FILE).write_text('{"presets": [{"name": "x", "sampling": {"top_p": 7}}]}', encoding="utf-8")
+    (app_paths.config_dir / PRESETS_FILE).write_text(
+        '{"presets": [{"name": "x", "sampling": {"top_p": 7}}]}', encoding="utf-8"
+    )
     window = open_window(wait_for_model=False)
     assert "presets file could not be used" in window.notice.text
     assert window.preset_controls.combo.count() == 4  # the built-in ones and Custom

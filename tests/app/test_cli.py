@@ -61,7 +61,9 @@ def test_fetch_default_when_cached(default_model_folder: Path, tmp_path: Path) -
 def test_models_lists_known_models(default_model_folder: Path, home: Path, tiny_model_folder: Path, capsys) -> None:
     (home / "data").mkdir()
     (home / "data" / REGISTRY_FILE).write_text(
-        json.dumps([{"kind": "folder", "location": str(tiny_model_folder)}, {"kind": "hub", "location": "owner/remote"}])
+        json.dumps(
+            [{"kind": "folder", "location": str(tiny_model_folder)}, {"kind": "hub", "location": "owner/remote"}]
+        )
     )
     assert main(["models"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -125,15 +127,23 @@ def test_unknown_command_exits_with_usage(capsys) -> None:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["ask", "Count from 1 to 100.", "--max-new-tokens", "0"], "argument --max-new-tokens: must be between 1 and 32768 (got 0)"),
+        (
+            ["ask", "Count from 1 to 100.", "--max-new-tokens", "0"],
+            "argument --max-new-tokens: must be between 1 and 32768 (got 0)",
+        ),
         (["ask", "hi", "--max-new-tokens", "-5"], "argument --max-new-tokens: must be between 1 and 32768 (got -5)"),
-        (["ask", "hi", "--max-new-tokens", "many"], "argument --max-new-tokens: give a whole number of tokens (got 'many')"),
+        (
+            ["ask", "hi", "--max-new-tokens", "many"],
+            "argument --max-new-tokens: give a whole number of tokens (got 'many')",
+        ),
         (["ask", ""], "argument prompt: the prompt is empty"),
         (["ask", "  \n "], "argument prompt: the prompt is empty"),
         (["bench", "--max-new-tokens", "0"], "argument --max-new-tokens: must be between 1 and 32768 (got 0)"),
     ],
 )
-def test_bad_arguments_are_refused_before_any_model_loads(args: list[str], message: str, home: Path, tmp_path: Path, capsys) -> None:
+def test_bad_arguments_are_refused_before_any_model_loads(
+    args: list[str], message: str, home: Path, tmp_path: Path, capsys
+) -> None:
     # the model does not exist: reaching the load would print that error instead, with exit code 1
     with pytest.raises(SystemExit) as exit_:
         main([*args, "--model", str(tmp_path / "no-such-model")])
@@ -141,16 +151,20 @@ def test_bad_arguments_are_refused_before_any_model_loads(args: list[str], messa
     assert exit_.value.code == 2 and message in err and "does not exist" not in err
 
 
-
 def test_quality_prints_perplexity_per_quantization(tiny_model_folder: Path, home: Path, capsys) -> None:
-    assert main(["quality", "--model", str(tiny_model_folder), "--device", "cpu", "--quantizations", "none,8bit,4bit"]) == 0
+    assert (
+        main(["quality", "--model", str(tiny_model_folder), "--device", "cpu", "--quantizations", "none,8bit,4bit"])
+        == 0
+    )
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "perplexity" not in line]
     assert [row.split("|")[1].strip() for row in rows] == ["none", "8bit", "4bit"]
     assert rows[0].split("|")[2].strip() == "float32" and rows[1].split("|")[2].strip() == "bfloat16"
     assert all(float(row.split("|")[3]) > 1 for row in rows)
 
 
-@pytest.mark.parametrize("args", [["quality", "--quantizations", "3bit"], ["bench", "--peers", "llama.cpp", "--precisions", "fp8"]])
+@pytest.mark.parametrize(
+    "args", [["quality", "--quantizations", "3bit"], ["bench", "--peers", "llama.cpp", "--precisions", "fp8"]]
+)
 def test_bad_quality_and_peer_options_are_clean_errors(args: list[str], home: Path, capsys) -> None:
     assert main(args) == 1
     assert capsys.readouterr().err.startswith("error: --")
@@ -160,9 +174,22 @@ def test_piped_the_answer_ends_its_line_before_the_statistics(tiny_model_folder:
     command = [str(ENTRY)] if ENTRY.exists() else [sys.executable, "-m", "app"]
     env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(tmp_path)}
     env.pop("PYTHONUNBUFFERED", None)  # a pipe is block-buffered for the user
-    args = ["ask", "hi", "--model", str(tiny_model_folder), "--device", "cpu", "--mode", "plain", "--max-new-tokens", "6", "--stats"]
-    proc = subprocess.run([*command, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                          timeout=180, cwd=ROOT)  # one pipe for both, as `ask ... 2>&1 | tee` gives
+    args = [
+        "ask",
+        "hi",
+        "--model",
+        str(tiny_model_folder),
+        "--device",
+        "cpu",
+        "--mode",
+        "plain",
+        "--max-new-tokens",
+        "6",
+        "--stats",
+    ]
+    proc = subprocess.run(
+        [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=180, cwd=ROOT
+    )  # one pipe for both, as `ask ... 2>&1 | tee` gives
     assert proc.returncode == 0, proc.stdout[-3000:]
     stats = [line for line in proc.stdout.splitlines() if "tokens/step (plain; " in line]
     assert len(stats) == 1 and stats[0].startswith("6 tokens, "), proc.stdout[-1000:]

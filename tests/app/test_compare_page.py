@@ -11,8 +11,9 @@ from app.compare import ComparePage, thread_call
 from core.compare import LOOKAHEAD, PLAIN
 from core.settings import LookaheadSettings, SamplingSettings, Settings
 
-SETTINGS = Settings(lookahead=LookaheadSettings(auto=False, window=3, ngram=3, guesses=3),
-                    sampling=SamplingSettings(max_new_tokens=16))
+SETTINGS = Settings(
+    lookahead=LookaheadSettings(auto=False, window=3, ngram=3, guesses=3), sampling=SamplingSettings(max_new_tokens=16)
+)
 
 
 @pytest.fixture
@@ -100,11 +101,15 @@ def test_stop_of_a_comparison_queued_behind_other_work_returns_the_page_to_idle(
 def test_a_difference_is_shown_as_an_error(qtbot, app_paths, dtype, cause):
     from core.compare import Comparison, RunRecord
 
-    runs = [RunRecord(PLAIN, 0, 0, [5, 6, 7], "a", "length", [0.1, 0.1, 0.1], [1, 1, 1]),
-            RunRecord(LOOKAHEAD, 0, 1, [5, 6, 8], "b", "length", [0.1, 0.1], [1, 2])]
+    runs = [
+        RunRecord(PLAIN, 0, 0, [5, 6, 7], "a", "length", [0.1, 0.1, 0.1], [1, 1, 1]),
+        RunRecord(LOOKAHEAD, 0, 1, [5, 6, 8], "b", "length", [0.1, 0.1], [1, 2]),
+    ]
     page = ComparePage(None, app_paths, lambda: SETTINGS)
     qtbot.addWidget(page)
-    page.show_comparison(Comparison("x", "2025-01-01T00:00:00", "p", "", "m", "CPU", dtype, "W3 N3 G3", 3, 1, runs=runs))
+    page.show_comparison(
+        Comparison("x", "2025-01-01T00:00:00", "p", "", "m", "CPU", dtype, "W3 N3 G3", 3, 1, runs=runs)
+    )
     assert f"\u2717 DIFFERENT from token 2: {cause}" in page.summary.text()
     assert "#d93025" in page.summary.output.value.styleSheet()
     assert page.compare_button.isEnabled() is False and page.status.text() == "Load a model to compare."
@@ -133,7 +138,10 @@ def test_bench_chart_png_draws_bars_in_proportion(qtbot, tmp_path):
     from core.bench.report import Row
 
     generate_grey = "#b0b7bf"
-    rows = [Row("code", "generate", 1, 10, 1.0, 10, 1, 1.0, 0.9), Row("code", "lookahead W3 N3 G3", 1, 10, 0.5, 5, 1, 2.0, 1.8)]
+    rows = [
+        Row("code", "generate", 1, 10, 1.0, 10, 1, 1.0, 0.9),
+        Row("code", "lookahead W3 N3 G3", 1, 10, 0.5, 5, 1, 2.0, 1.8),
+    ]
     heights = {}
     for metric in ("speedup", "speedup_vs_loop", "tokens_per_second"):
         save_bench_chart(rows, tmp_path / f"{metric}.png", metric)

@@ -51,7 +51,9 @@ def forward_pre_hook() -> Iterator:
         handle.remove()
 
 
-def test_a_template_without_system_role_answers_with_a_note(tiny_settings, gemma_style_folder, app_paths, open_window, ui) -> None:
+def test_a_template_without_system_role_answers_with_a_note(
+    tiny_settings, gemma_style_folder, app_paths, open_window, ui
+) -> None:
     settings = tiny_settings(max_new_tokens=8, system_prompt="Answer in French.")
     SettingsStore(app_paths.config_dir).save(replace(settings, source=ModelSource("folder", str(gemma_style_folder))))
     window = open_window()
@@ -106,7 +108,9 @@ def test_stop_returns_the_window_to_idle_while_the_worker_is_busy_elsewhere(tiny
     assert ui.stored(window)[-1].status == "truncated"
 
 
-def test_out_of_memory_in_a_comparison_gets_the_same_advice(tiny_settings, open_window, forward_pre_hook, qtbot) -> None:
+def test_out_of_memory_in_a_comparison_gets_the_same_advice(
+    tiny_settings, open_window, forward_pre_hook, qtbot
+) -> None:
     tiny_settings(max_new_tokens=8)
     window = open_window()
     page = window.compare_page

@@ -59,7 +59,9 @@ def test_corrupt_settings_file_is_reported_and_defaults_used(open_window, app_pa
     qtbot.waitUntil(lambda: window.load_panel.retry.isVisibleTo(window) or window.model is not None, timeout=60_000)
 
 
-def test_generation_crash_keeps_the_partial_answer_marked_interrupted(tiny_settings, open_window, ui, forward_hook) -> None:
+def test_generation_crash_keeps_the_partial_answer_marked_interrupted(
+    tiny_settings, open_window, ui, forward_hook
+) -> None:
     tiny_settings(max_new_tokens=30, mode="plain")
 
     def crash(call: int) -> None:
@@ -81,14 +83,18 @@ def test_generation_crash_keeps_the_partial_answer_marked_interrupted(tiny_setti
 def test_out_of_memory_keeps_the_text_and_suggests_what_to_do(tiny_settings, open_window, ui, forward_hook) -> None:
     tiny_settings(max_new_tokens=30)
     window = open_window()
-    forward_hook(lambda call: (_ for _ in ()).throw(torch.OutOfMemoryError("CUDA out of memory")) if call == 6 else None)
+    forward_hook(
+        lambda call: (_ for _ in ()).throw(torch.OutOfMemoryError("CUDA out of memory")) if call == 6 else None
+    )
     ui.send(window, "Go")
     answer = ui.stored(window)[-1]
     assert answer.status == "interrupted" and answer.content
     assert "smaller lookahead window" in window.notice.text and "4-bit" in window.notice.text
 
 
-def test_process_death_mid_answer_leaves_the_saved_part_marked_interrupted(tiny_settings, open_window, ui, forward_hook, app_paths) -> None:
+def test_process_death_mid_answer_leaves_the_saved_part_marked_interrupted(
+    tiny_settings, open_window, ui, forward_hook, app_paths
+) -> None:
     tiny_settings(max_new_tokens=600, mode="plain")
     forward_hook(lambda call: time.sleep(0.01))
     window = open_window()
@@ -156,7 +162,9 @@ def test_load_failure_is_shown_and_the_app_stays_usable(tiny_settings, open_wind
 
     tiny_settings()
     window = open_window()
-    broken = window.settings.__class__(**{**window.settings.__dict__, "source": ModelSource("folder", str(tmp_path / "missing"))})
+    broken = window.settings.__class__(
+        **{**window.settings.__dict__, "source": ModelSource("folder", str(tmp_path / "missing"))}
+    )
     window.apply_settings(broken)
     qtbot.waitUntil(lambda: window.load_panel.retry.isVisibleTo(window), timeout=30_000)
     assert "missing" in window.load_panel.label.text()
@@ -165,7 +173,9 @@ def test_load_failure_is_shown_and_the_app_stays_usable(tiny_settings, open_wind
     assert window.composer.isEnabled()
 
 
-def test_unusable_history_file_is_reported_and_the_session_still_chats(tiny_settings, open_window, ui, app_paths) -> None:
+def test_unusable_history_file_is_reported_and_the_session_still_chats(
+    tiny_settings, open_window, ui, app_paths
+) -> None:
     tiny_settings(max_new_tokens=8)
     (app_paths.data_dir / "history.sqlite3").mkdir(parents=True)  # a folder where the database should be
     window = open_window()
@@ -174,7 +184,9 @@ def test_unusable_history_file_is_reported_and_the_session_still_chats(tiny_sett
     assert ui.stored(window)[-1].status == "truncated"  # ended normally, at the token limit
 
 
-def test_damaged_history_is_set_aside_and_the_notice_stays_until_dismissed(tiny_settings, open_window, ui, app_paths) -> None:
+def test_damaged_history_is_set_aside_and_the_notice_stays_until_dismissed(
+    tiny_settings, open_window, ui, app_paths
+) -> None:
     tiny_settings(max_new_tokens=8)
     path = app_paths.data_dir / "history.sqlite3"
     old = HistoryStore(path)

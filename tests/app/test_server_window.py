@@ -120,8 +120,9 @@ def test_ten_streaming_clients_two_leave_midway_the_window_stays_responsive(qloo
             api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
             messages = [{"role": "user", "content": f"Tell me about the number {n}."}]
             leaves = n in (3, 7)  # asks for a long answer, so it is surely still running when it leaves
-            stream = api.chat.completions.create(model=model, messages=messages, temperature=0, stream=True,
-                                                 max_tokens=800 if leaves else None)
+            stream = api.chat.completions.create(
+                model=model, messages=messages, temperature=0, stream=True, max_tokens=800 if leaves else None
+            )
             parts = []
             for i, chunk in enumerate(stream):
                 parts.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
@@ -144,14 +145,21 @@ def test_ten_streaming_clients_two_leave_midway_the_window_stays_responsive(qloo
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
         for n, text in results.items():
             if text is not None:  # each client got its own answer, whole
-                alone = await in_thread(lambda n=n: api.chat.completions.create(
-                    model=model, temperature=0, messages=[{"role": "user", "content": f"Tell me about the number {n}."}]))
+                alone = await in_thread(
+                    lambda n=n: api.chat.completions.create(
+                        model=model,
+                        temperature=0,
+                        messages=[{"role": "user", "content": f"Tell me about the number {n}."}],
+                    )
+                )
                 assert text == alone.choices[0].message.content
         statuses = sorted(r.status for r in window.server.activity.recent if r.path == "/v1/chat/completions")
         assert statuses.count(499) == 2 and statuses.count(200) == 8 + 8
         largest = max(gaps[1:])
-        print(f"\n10 clients ({seconds:.1f} s): largest gap between 10 ms GUI ticks {largest} ms, "
-              f"median {sorted(gaps)[len(gaps) // 2]} ms, {len(gaps)} ticks")
+        print(
+            f"\n10 clients ({seconds:.1f} s): largest gap between 10 ms GUI ticks {largest} ms, "
+            f"median {sorted(gaps)[len(gaps) // 2]} ms, {len(gaps)} ticks"
+        )
         assert largest < 1000, gaps  # generous: two shared CPU cores; the figure itself is in the report
         await window.server.stop()
 
@@ -181,17 +189,24 @@ def test_default_model_greedy_stream_equals_the_windows_answer(qloop, open_windo
     port = free_port()
     # fp32: in bf16 on the CPU, lookahead's greedy text can differ from plain's (rounding), so Auto's
     # text would depend on which settings its timings picked
-    SettingsStore(app_paths.config_dir).save(Settings(
-        load=LoadOptions(device="cpu", dtype="fp32"), sampling=SamplingSettings(max_new_tokens=24),
-        server=ServerSettings(enabled=True, port=port, api_key="k")))
+    SettingsStore(app_paths.config_dir).save(
+        Settings(
+            load=LoadOptions(device="cpu", dtype="fp32"),
+            sampling=SamplingSettings(max_new_tokens=24),
+            server=ServerSettings(enabled=True, port=port, api_key="k"),
+        )
+    )
 
     async def scenario() -> None:
         window = await opened(open_window, port)
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
         messages = [{"role": "system", "content": window.settings.system_prompt}, {"role": "user", "content": QUESTION}]
         auto, auto_figures = await in_thread(lambda: streamed(api, window.model.name, messages, temperature=0))
-        fixed, figures = await in_thread(lambda: streamed(api, window.model.name, messages, temperature=0,
-                                                          extra_body={"lookahead_mode": "lookahead"}))
+        fixed, figures = await in_thread(
+            lambda: streamed(
+                api, window.model.name, messages, temperature=0, extra_body={"lookahead_mode": "lookahead"}
+            )
+        )
         in_window = await window_answer(window, ui, QUESTION)
         assert auto == fixed == in_window and "Paris" in in_window
         assert figures["mode"].startswith("lookahead W") and figures["tokens_per_step"] >= 1.0

@@ -25,8 +25,16 @@ def start_app() -> Iterator[Callable[..., subprocess.Popen[str]]]:
     def start(home: Path, **env: str) -> subprocess.Popen[str]:
         environ = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(home), "QT_QPA_PLATFORM": "offscreen", **env}
         environ = {k: v for k, v in environ.items() if v != ""}  # "" removes a variable
-        started.append(subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=environ, text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "app"],
+                cwd=ROOT,
+                env=environ,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
         return started[-1]
 
     yield start

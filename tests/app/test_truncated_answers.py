@@ -5,7 +5,9 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 
-def test_truncated_answer_is_marked_and_continue_extends_the_same_message(tiny_settings, open_window, ui, qtbot) -> None:
+def test_truncated_answer_is_marked_and_continue_extends_the_same_message(
+    tiny_settings, open_window, ui, qtbot
+) -> None:
     tiny_settings(max_new_tokens=8)
     window = open_window()
     ui.send(window, "Tell me a long story")
@@ -13,7 +15,9 @@ def test_truncated_answer_is_marked_and_continue_extends_the_same_message(tiny_s
     assert answer.status == "truncated" and answer.content
     widget = window.chat_view.messages[-1]
     assert widget.status.text() == "truncated at the token limit"
-    assert widget.continue_button.isVisibleTo(window) and not window.chat_view.messages[0].continue_button.isVisibleTo(window)
+    assert widget.continue_button.isVisibleTo(window) and not window.chat_view.messages[0].continue_button.isVisibleTo(
+        window
+    )
 
     qtbot.mouseClick(widget.continue_button, Qt.MouseButton.LeftButton)
     assert window.chat.busy and not widget.continue_button.isVisibleTo(window)
@@ -29,8 +33,12 @@ def test_truncated_answer_is_marked_and_continue_extends_the_same_message(tiny_s
 def test_continue_is_offered_on_the_last_cut_off_answer_only(open_window) -> None:
     window = open_window(wait_for_model=False)
     conv = window.store.create_conversation("saved earlier")
-    for role, text, status in [("user", "a", "complete"), ("assistant", "cut", "truncated"),
-                               ("user", "b", "complete"), ("assistant", "done.", "complete")]:
+    for role, text, status in [
+        ("user", "a", "complete"),
+        ("assistant", "cut", "truncated"),
+        ("user", "b", "complete"),
+        ("assistant", "done.", "complete"),
+    ]:
         window.store.add_message(conv.id, role, text, status=status)
     window.chat.open(conv.id)
     assert [w.continue_button.isVisibleTo(w) for w in window.chat_view.messages] == [False] * 4

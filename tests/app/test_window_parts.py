@@ -45,9 +45,21 @@ def test_new_rename_search_and_delete_conversations(tiny_settings, open_window, 
     assert len(window.history.ids()) == 2
     comparisons = window.compare_page.store
     for conversation in (first, second):
-        comparisons.save(Comparison(id=f"c{conversation}", created="2026-11-30T07:00:00", prompt="Binary search",
-                                    system_prompt="", model="tiny", device="CPU", dtype="float32", lookahead="W3 N3 G3",
-                                    max_new_tokens=8, repeats=1, conversation_id=str(conversation)))
+        comparisons.save(
+            Comparison(
+                id=f"c{conversation}",
+                created="2026-11-30T07:00:00",
+                prompt="Binary search",
+                system_prompt="",
+                model="tiny",
+                device="CPU",
+                dtype="float32",
+                lookahead="W3 N3 G3",
+                max_new_tokens=8,
+                repeats=1,
+                conversation_id=str(conversation),
+            )
+        )
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     window.delete_conversation(second)
     assert window.history.ids() == [first]
@@ -149,7 +161,9 @@ def test_settings_dialog_edits_and_validates(qtbot, app_paths) -> None:
     dialog.source_kind.setCurrentIndex(1)
     dialog.location.setText("/models/llama")
     dialog.dtype.setCurrentText("bf16")
-    assert "CPU: int8 weights" in dialog.quantization.itemText(2) and "CUDA: bitsandbytes" in dialog.quantization.itemText(2)
+    assert "CPU: int8 weights" in dialog.quantization.itemText(
+        2
+    ) and "CUDA: bitsandbytes" in dialog.quantization.itemText(2)
     dialog.quantization.setCurrentIndex(2)
     result = dialog.result_settings()
     assert result.load.quantization == "8bit"
@@ -250,8 +264,12 @@ def test_other_modes_run_jobs_on_the_model_worker(tiny_settings, open_window, qt
     def failing(ready):
         yield 1 / 0
 
-    window.worker.run_job(StepsJob(lambda ready: iter([(threading.current_thread().name, ready.loaded.name)]), Listener(), CancelToken()))
-    window.worker.run_job(StepsJob(failing, Listener(), CancelToken(), "The test job"))  # reported; the worker keeps going
+    window.worker.run_job(
+        StepsJob(lambda ready: iter([(threading.current_thread().name, ready.loaded.name)]), Listener(), CancelToken())
+    )
+    window.worker.run_job(
+        StepsJob(failing, Listener(), CancelToken(), "The test job")
+    )  # reported; the worker keeps going
     window.worker.run_job(StepsJob(lambda ready: iter([("after", "")]), Listener(), CancelToken()))
     qtbot.waitUntil(lambda: len(seen) == 2, timeout=10_000)
     assert seen[0][0] == "model-thread" and seen[0][1] == window.model.name

@@ -9,7 +9,20 @@ import json
 import pytest
 
 from core.bench.report import Row
-from core.compare import LOOKAHEAD, PLAIN, CompareRequest, Comparison, ComparisonRun, RunDone, RunRecord, RunStarted, RunStep, Spread, run_order, summarize
+from core.compare import (
+    LOOKAHEAD,
+    PLAIN,
+    CompareRequest,
+    Comparison,
+    ComparisonRun,
+    RunDone,
+    RunRecord,
+    RunStarted,
+    RunStep,
+    Spread,
+    run_order,
+    summarize,
+)
 from core.compare.export import comparison_csv, comparison_json, export_csv, export_json
 from core.compare.store import UNFILED, ComparisonStore
 from core.compare.suites import suite_lines
@@ -21,8 +34,14 @@ CONFIG = LookaheadConfig(window=3, ngram=3, guesses=3)
 
 
 def request(**overrides) -> CompareRequest:
-    values = dict(prompt="Count: 1 2 3 4 5 6 7 8 9 10 11 12", system_prompt="You are a helpful assistant.",
-                  lookahead=CONFIG, max_new_tokens=12, repeats=3, conversation_id="42")
+    values = dict(
+        prompt="Count: 1 2 3 4 5 6 7 8 9 10 11 12",
+        system_prompt="You are a helpful assistant.",
+        lookahead=CONFIG,
+        max_new_tokens=12,
+        repeats=3,
+        conversation_id="42",
+    )
     values.update(overrides)
     return CompareRequest(**values)
 
@@ -33,8 +52,20 @@ def record(mode: str, repeat: int, seconds: list[float], tokens: list[int], ids:
 
 
 def comparison(runs: list[RunRecord]) -> Comparison:
-    return Comparison("abc", "2025-01-02T03:04:05", "prompt", "sys", "tiny", "CPU", "float32", CONFIG.label, 8, 2,
-                      conversation_id="7", runs=runs)
+    return Comparison(
+        "abc",
+        "2025-01-02T03:04:05",
+        "prompt",
+        "sys",
+        "tiny",
+        "CPU",
+        "float32",
+        CONFIG.label,
+        8,
+        2,
+        conversation_id="7",
+        runs=runs,
+    )
 
 
 def test_order_alternates_between_repeats():
@@ -52,7 +83,9 @@ def test_a_run_streams_both_modes_in_alternating_order_with_identical_outputs(ti
     assert not result.cancelled and len(result.runs) == 6
     assert [r.position for r in result.runs] == [0, 1, 0, 1, 0, 1]
     for done in (e for e in events if isinstance(e, RunDone)):
-        steps = [e for e in events if isinstance(e, RunStep) and (e.repeat, e.mode) == (done.record.repeat, done.record.mode)]
+        steps = [
+            e for e in events if isinstance(e, RunStep) and (e.repeat, e.mode) == (done.record.repeat, done.record.mode)
+        ]
         assert "".join(e.text for e in steps) == done.record.text
         assert steps[-1].new_tokens == len(done.record.tokens) == sum(done.record.step_tokens)
     summary = summarize(result)
@@ -128,9 +161,20 @@ def test_csv_export_has_one_row_per_step(tmp_path):
     export_csv(comparison(runs), tmp_path / "cmp.csv")
     rows = list(csv.DictReader(io.StringIO((tmp_path / "cmp.csv").read_text())))
     assert len(rows) == 4
-    assert rows[-1] == {"comparison": "abc", "repeat": "0", "mode": LOOKAHEAD, "position": "0", "step": "1",
-                        "tokens": "3", "seconds": "0.125000", "elapsed_seconds": "0.625000", "total_tokens": "4"}
-    assert comparison_csv(comparison([])).strip() == ",".join(csv.DictReader(io.StringIO(comparison_csv(comparison([])))).fieldnames)
+    assert rows[-1] == {
+        "comparison": "abc",
+        "repeat": "0",
+        "mode": LOOKAHEAD,
+        "position": "0",
+        "step": "1",
+        "tokens": "3",
+        "seconds": "0.125000",
+        "elapsed_seconds": "0.625000",
+        "total_tokens": "4",
+    }
+    assert comparison_csv(comparison([])).strip() == ",".join(
+        csv.DictReader(io.StringIO(comparison_csv(comparison([])))).fieldnames
+    )
 
 
 def test_store_keeps_comparisons_per_conversation(app_paths):
@@ -171,7 +215,9 @@ def test_suites_run_plain_and_lookahead_with_progress(tiny_loaded):
     from core.compare.suites import run_suites
 
     reports: list[float] = []
-    rows = run_suites(tiny_loaded, CONFIG, 6, suites=("code", "math"), limit=1, progress=lambda _s, f: reports.append(f))
+    rows = run_suites(
+        tiny_loaded, CONFIG, 6, suites=("code", "math"), limit=1, progress=lambda _s, f: reports.append(f)
+    )
     lines = suite_lines(rows)
     assert [line.suite for line in lines] == ["code", "math"]
     assert all(line.identical == line.runs == 1 and line.speedup for line in lines)

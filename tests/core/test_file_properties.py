@@ -16,7 +16,16 @@ from core.settings import SETTINGS_FILE, Settings, SettingsStore
 EXAMPLES = settings(max_examples=150, deadline=None, database=None)  # no wall-clock limit, no .hypothesis/ folder
 
 SECTIONS = {
-    "sampling": ["temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens", "seed", "stop_strings"],
+    "sampling": [
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "max_new_tokens",
+        "seed",
+        "stop_strings",
+    ],
     "lookahead": ["auto", "window", "ngram", "guesses"],
     "load": ["device", "dtype", "quantization", "attn_implementation"],
     "source": ["kind", "location"],
@@ -32,15 +41,24 @@ scalars = (
     | st.text(max_size=20)
     | st.sampled_from(["plain", "lookahead", "dark", "cpu", "auto", "default", "folder", "hub", "fp32", "4bit", ""])
 )
-any_json = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
+any_json = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
 settings_like = st.fixed_dictionaries(
     {},
     optional={
-        **{name: st.dictionaries(st.sampled_from(keys), any_json, max_size=len(keys)) | any_json for name, keys in SECTIONS.items()},
+        **{
+            name: st.dictionaries(st.sampled_from(keys), any_json, max_size=len(keys)) | any_json
+            for name, keys in SECTIONS.items()
+        },
         **{name: any_json for name in TOP},
     },
 )
-deep = st.tuples(st.integers(min_value=1, max_value=5000), st.sampled_from(["[", '{"a":', '{"sampling": '])).map(lambda t: t[1] * t[0])
+deep = st.tuples(st.integers(min_value=1, max_value=5000), st.sampled_from(["[", '{"a":', '{"sampling": '])).map(
+    lambda t: t[1] * t[0]
+)
 settings_files = (
     settings_like.map(lambda d: json.dumps(d).encode())
     | any_json.map(lambda d: json.dumps(d).encode())
@@ -73,8 +91,13 @@ def _real_history() -> bytes:
         store = HistoryStore(Path(folder) / HISTORY_FILE)
         conv = store.create_conversation("Kept")
         for i in range(30):
-            store.add_message(conv.id, "user" if i % 2 == 0 else "assistant", f"turn {i} " + "z" * 300,
-                              stats={"tokens_per_second": 1.5} if i % 2 else None, status="complete")
+            store.add_message(
+                conv.id,
+                "user" if i % 2 == 0 else "assistant",
+                f"turn {i} " + "z" * 300,
+                stats={"tokens_per_second": 1.5} if i % 2 else None,
+                status="complete",
+            )
         store.close()
         return (Path(folder) / HISTORY_FILE).read_bytes()
 
@@ -91,7 +114,7 @@ def damaged_histories(draw) -> bytes:
             break
         start = draw(st.integers(min_value=0, max_value=len(data) - 1))
         patch = draw(st.binary(min_size=1, max_size=64))
-        data[start:start + len(patch)] = patch
+        data[start : start + len(patch)] = patch
     return bytes(data)
 
 

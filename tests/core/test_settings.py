@@ -28,7 +28,9 @@ def test_round_trip(tmp_path: Path) -> None:
     settings = Settings(
         source=ModelSource("gguf", "/models/x.gguf"),
         load=LoadOptions(device="cpu", dtype="bf16", quantization="none", attn_implementation="eager"),
-        sampling=SamplingSettings(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1, max_new_tokens=64, seed=3),
+        sampling=SamplingSettings(
+            temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1, max_new_tokens=64, seed=3
+        ),
         mode="plain",
         lookahead=LookaheadSettings(auto=False, window=4, ngram=3, guesses=2),
         system_prompt="Réponds en français. 日本語も",
@@ -45,7 +47,9 @@ def test_round_trip(tmp_path: Path) -> None:
 
 
 def test_unknown_keys_ignored_and_missing_keys_defaulted(tmp_path: Path) -> None:
-    (tmp_path / SETTINGS_FILE).write_text(json.dumps({"theme": "light", "future_option": 1, "sampling": {"top_k": 5, "new": 2}}))
+    (tmp_path / SETTINGS_FILE).write_text(
+        json.dumps({"theme": "light", "future_option": 1, "sampling": {"top_k": 5, "new": 2}})
+    )
     loaded = SettingsStore(tmp_path).load()
     assert loaded.problem is None
     assert loaded.settings == Settings(theme="light", sampling=SamplingSettings(top_k=5))

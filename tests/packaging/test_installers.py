@@ -37,13 +37,24 @@ def placeholder_bundle(tmp_path: Path) -> Path:
 
 # --- Windows: NSIS --------------------------------------------------------------------------------
 
+
 @pytest.mark.skipif(shutil.which("makensis") is None, reason="makensis is not installed (Debian: apt-get install nsis)")
 def test_nsis_script_compiles(placeholder_bundle: Path, tmp_path: Path) -> None:
     setup = tmp_path / f"lookahead-chat-{VERSION}-windows-x64-cpu-setup.exe"
     result = subprocess.run(
-        ["makensis", "-V2", "-WX", f"-DVERSION={VERSION}", "-DVARIANT=cpu", f"-DPAYLOAD={placeholder_bundle}",
-         f"-DOUTFILE={setup}", str(PACKAGING / "windows" / "installer.nsi")],
-        capture_output=True, text=True, timeout=120,
+        [
+            "makensis",
+            "-V2",
+            "-WX",
+            f"-DVERSION={VERSION}",
+            "-DVARIANT=cpu",
+            f"-DPAYLOAD={placeholder_bundle}",
+            f"-DOUTFILE={setup}",
+            str(PACKAGING / "windows" / "installer.nsi"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert setup.read_bytes()[:2] == b"MZ"
@@ -61,6 +72,7 @@ def test_nsis_script_is_per_user_and_asks_before_deleting_user_data() -> None:
 
 # --- Linux: .deb and .tar.gz ----------------------------------------------------------------------
 
+
 @pytest.fixture
 def linux_packages(placeholder_bundle: Path, tmp_path: Path) -> tuple[Path, Path]:
     if shutil.which("dpkg-deb") is None:
@@ -69,7 +81,10 @@ def linux_packages(placeholder_bundle: Path, tmp_path: Path) -> tuple[Path, Path
     env = {**os.environ, "DEB_COMPRESSION": "gzip", "DEB_LEVEL": "1", "TAR_GZIP_LEVEL": "1"}
     result = subprocess.run(
         ["bash", str(PACKAGING / "linux" / "build-deb.sh"), str(placeholder_bundle), str(out), VERSION, "cpu"],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     deb, tgz = (Path(line) for line in result.stdout.split())
@@ -79,7 +94,9 @@ def linux_packages(placeholder_bundle: Path, tmp_path: Path) -> tuple[Path, Path
 
 
 def _deb_field(deb: Path, field: str) -> str:
-    return subprocess.run(["dpkg-deb", "-f", str(deb), field], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["dpkg-deb", "-f", str(deb), field], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_deb_control_fields(linux_packages: tuple[Path, Path]) -> None:
@@ -158,8 +175,9 @@ def test_installer_icons_are_the_apps_icon() -> None:
     app_icon = ROOT / "resources" / "icons" / "lookahead-chat.svg"
     if not app_icon.is_file():
         pytest.skip("the app has no icon of its own yet")
-    assert (PACKAGING / "icons" / "lookahead-chat.svg").read_bytes() == app_icon.read_bytes(), \
+    assert (PACKAGING / "icons" / "lookahead-chat.svg").read_bytes() == app_icon.read_bytes(), (
         "the app's icon changed: run packaging/icons/render.sh and commit the results"
+    )
 
 
 def test_the_frozen_entry_runs_python_code_as_python_c_does(tmp_path) -> None:
@@ -170,7 +188,9 @@ def test_the_frozen_entry_runs_python_code_as_python_c_does(tmp_path) -> None:
 
     out = tmp_path / "out.txt"
     code = f"import sys; open({str(out)!r}, 'w').write(repr(sys.argv) + __name__)"
-    done = subprocess.run([sys.executable, str(PACKAGING / "entry.py"), "-c", code, "x"], capture_output=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(PACKAGING / "entry.py"), "-c", code, "x"], capture_output=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert out.read_text() == "['-c', 'x']__main__"
     failing = subprocess.run([sys.executable, str(PACKAGING / "entry.py"), "-c", "raise SystemExit(3)"], timeout=60)

@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from core.lookahead import LookaheadConfig
 from core.autotune.calibration import calibrate
 from core.autotune.chooser import AutoChooser
+from core.lookahead import LookaheadConfig
 
 
 @dataclass
@@ -24,8 +24,13 @@ class AutoOutcome:
     chooser: AutoChooser | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"available": self.available, "note": self.note, "choice": self.choice.label if self.choice else None,
-                "seconds": self.seconds, "details": self.details}
+        return {
+            "available": self.available,
+            "note": self.note,
+            "choice": self.choice.label if self.choice else None,
+            "seconds": self.seconds,
+            "details": self.details,
+        }
 
 
 def calibrate_auto(model: Any, device: torch.device) -> AutoOutcome:
@@ -36,5 +41,11 @@ def calibrate_auto(model: Any, device: torch.device) -> AutoOutcome:
         return AutoOutcome(False, f"auto: calibration failed ({type(err).__name__}: {err})")
     choice = calibration.choice
     picked = choice.label if choice is not None else "plain decoding"
-    return AutoOutcome(True, f"{calibration.reason}; calibration took {calibration.seconds:.1f} s (Auto starts with {picked})",
-                       choice, float(calibration.seconds), dict(calibration.as_dict()), AutoChooser(calibration))
+    return AutoOutcome(
+        True,
+        f"{calibration.reason}; calibration took {calibration.seconds:.1f} s (Auto starts with {picked})",
+        choice,
+        float(calibration.seconds),
+        dict(calibration.as_dict()),
+        AutoChooser(calibration),
+    )

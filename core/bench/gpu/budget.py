@@ -19,7 +19,7 @@ class Budget:
     def left(self) -> float:
         return self.total_seconds - self.elapsed()
 
-    def section(self, share: float) -> "Deadline":
+    def section(self, share: float) -> Deadline:
         """A deadline ``share`` of the total budget from now, never past the end of the budget."""
         return Deadline(time.perf_counter() + min(share * self.total_seconds, max(self.left(), 0.0)))
 

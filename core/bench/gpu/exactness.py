@@ -55,7 +55,9 @@ def random_prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[l
     return [torch.randint(10, vocab, (length,), generator=generator).tolist() for _ in range(count)]
 
 
-def compare(model: Any, dtype_name: str, prompts: Sequence[list[int]], configs: Sequence[LookaheadConfig], max_new_tokens: int) -> list[ExactnessResult]:
+def compare(
+    model: Any, dtype_name: str, prompts: Sequence[list[int]], configs: Sequence[LookaheadConfig], max_new_tokens: int
+) -> list[ExactnessResult]:
     """Decode every prompt plainly once and with each config; count identical outputs."""
     plain = []
     for ids in prompts:
@@ -70,14 +72,22 @@ def compare(model: Any, dtype_name: str, prompts: Sequence[list[int]], configs: 
     return results
 
 
-def _run_setting(model: Any, dtype_name: str, prompts: Sequence[list[int]], plain: list[list[int]], config: LookaheadConfig,
-                 pool_kind: str, max_new_tokens: int, distinct: int) -> ExactnessResult:
+def _run_setting(
+    model: Any,
+    dtype_name: str,
+    prompts: Sequence[list[int]],
+    plain: list[list[int]],
+    config: LookaheadConfig,
+    pool_kind: str,
+    max_new_tokens: int,
+    distinct: int,
+) -> ExactnessResult:
     result = ExactnessResult(dtype_name, config.label, pool_kind, len(prompts), 0, 0, 0.0, distinct)
     steps = 0
     for index, ids in enumerate(prompts):
         pool = NGramPool(config.ngram, config.guesses)
         if pool_kind == "seeded":
-            pool.add_sequence(ids[-(config.ngram - 1):] + plain[index])
+            pool.add_sequence(ids[-(config.ngram - 1) :] + plain[index])
         decoding = Decoding(model, ids, lookahead=config, max_new_tokens=max_new_tokens, pool=pool)
         list(decoding)
         steps += decoding.stats.steps

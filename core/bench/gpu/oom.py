@@ -77,5 +77,15 @@ def provoke_oom(model: Any, prompt: list[int], config: LookaheadConfig, steps_be
     after = torch.cuda.memory_allocated(device)
     again = Decoding(model, prompt, max_new_tokens=4)
     list(again)
-    return OomResult(raised, caught, message, steps_before, tokens_kept, cache_dropped, before, after,
-                     after <= before + SLACK_BYTES, len(again.tokens) == 4)
+    return OomResult(
+        raised,
+        caught,
+        message,
+        steps_before,
+        tokens_kept,
+        cache_dropped,
+        before,
+        after,
+        after <= before + SLACK_BYTES,
+        len(again.tokens) == 4,
+    )

@@ -42,17 +42,33 @@ def _quantized(bnb: Any, linear: torch.nn.Linear, mode: str, compute_dtype: torc
     device = linear.weight.device
     weight = linear.weight.data
     if mode == "nf4":
-        module = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=linear.bias is not None,
-                                   compute_dtype=compute_dtype, compress_statistics=False, quant_type="nf4", device="meta")
+        module = bnb.nn.Linear4bit(
+            linear.in_features,
+            linear.out_features,
+            bias=linear.bias is not None,
+            compute_dtype=compute_dtype,
+            compress_statistics=False,
+            quant_type="nf4",
+            device="meta",
+        )
         # Params4bit quantizes on its first move to a real device, from wherever the data is. No double
         # quantization: the app loads 4-bit with BitsAndBytesConfig's default, bnb_4bit_use_double_quant=False.
-        module.weight = bnb.nn.Params4bit(weight, requires_grad=False, compress_statistics=False, quant_type="nf4",
-                                          module=module).to(device)
+        module.weight = bnb.nn.Params4bit(
+            weight, requires_grad=False, compress_statistics=False, quant_type="nf4", module=module
+        ).to(device)
     elif mode == "int8":
-        module = bnb.nn.Linear8bitLt(linear.in_features, linear.out_features, bias=linear.bias is not None,
-                                     has_fp16_weights=False, threshold=6.0, device="meta")  # BitsAndBytesConfig's defaults
+        module = bnb.nn.Linear8bitLt(
+            linear.in_features,
+            linear.out_features,
+            bias=linear.bias is not None,
+            has_fp16_weights=False,
+            threshold=6.0,
+            device="meta",
+        )  # BitsAndBytesConfig's defaults
         # Int8Params quantizes when moved from the CPU to a device, so the weight takes one round trip.
-        module.weight = bnb.nn.Int8Params(weight.to("cpu", torch.float16), requires_grad=False, has_fp16_weights=False).to(device)
+        module.weight = bnb.nn.Int8Params(
+            weight.to("cpu", torch.float16), requires_grad=False, has_fp16_weights=False
+        ).to(device)
     else:
         raise ValueError(f"Unknown quantization '{mode}': use nf4 or int8.")
     if linear.bias is not None:

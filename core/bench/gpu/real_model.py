@@ -1,8 +1,9 @@
 """A real model folder: tokens per step, speed-up against generate and the fastest plain decoding, memory.
 
 Methods: transformers' ``model.generate`` (greedy), the project's plain loop, lookahead for each
-setting of the paper's grid, and Auto (its chooser, revising the setting step by step as in the app). Methods alternate their order per prompt so that
-machine noise hits all alike; a warm-up round is not counted.
+setting of the paper's grid, and Auto (its chooser, revising the setting step by step as in the
+app). Methods alternate their order per prompt so that machine noise hits all alike; a warm-up
+round is not counted.
 """
 
 from __future__ import annotations
@@ -15,16 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from core.autotune.chooser import AutoChooser
 from core.bench.gpu.budget import Deadline
 from core.bench.join_parts import is_split, join_folder
 from core.chat.prompt import Message, encode_messages
 from core.lookahead import Decoding, LookaheadConfig
-from core.autotune.chooser import AutoChooser
 from core.runtime.timing import device_sync
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-PAPER_GRID = (LookaheadConfig(5, 3, 5), LookaheadConfig(7, 5, 7), LookaheadConfig(10, 5, 10), LookaheadConfig(15, 5, 15))
+PAPER_GRID = (
+    LookaheadConfig(5, 3, 5),
+    LookaheadConfig(7, 5, 7),
+    LookaheadConfig(10, 5, 10),
+    LookaheadConfig(15, 5, 15),
+)
 SYSTEM_PROMPT = "You are a helpful assistant."
 SUITES = ("code", "chat", "math")
 GENERATE, PLAIN = "generate", "plain loop"
@@ -97,8 +103,14 @@ def standard_methods(auto: AutoChooser | None) -> list[Method]:
     return methods
 
 
-def run_methods(model: Any, prompts: Sequence[list[int]], methods: Sequence[Method], eos: list[int],
-                max_new_tokens: int, deadline: Deadline) -> tuple[list[MethodResult], int]:
+def run_methods(
+    model: Any,
+    prompts: Sequence[list[int]],
+    methods: Sequence[Method],
+    eos: list[int],
+    max_new_tokens: int,
+    deadline: Deadline,
+) -> tuple[list[MethodResult], int]:
     """Every method on every prompt (as long as the deadline allows); returns results and prompts done."""
     device = model.device
     results = {m.name: MethodResult(m.name) for m in methods}
@@ -108,7 +120,7 @@ def run_methods(model: Any, prompts: Sequence[list[int]], methods: Sequence[Meth
     for index, ids in enumerate(prompts):
         if done and not deadline.allows(_round_estimate(results, done)):
             break
-        order = list(methods[index % len(methods):]) + list(methods[: index % len(methods)])
+        order = list(methods[index % len(methods) :]) + list(methods[: index % len(methods)])
         reference: list[int] | None = None
         outputs: dict[str, list[int]] = {}
         for method in order:
@@ -134,20 +146,30 @@ def _round_estimate(results: dict[str, MethodResult], done: int) -> float:
     return sum(r.seconds for r in results.values()) / done
 
 
-def _decode(model: Any, ids: list[int], method: Method, eos: list[int], max_new_tokens: int) -> tuple[list[int], int, float]:
+def _decode(
+    model: Any, ids: list[int], method: Method, eos: list[int], max_new_tokens: int
+) -> tuple[list[int], int, float]:
     """Tokens, steps (prefill included) and device-synchronised seconds of one answer."""
     device = model.device
     if method.is_generate:
         input_ids = torch.tensor([ids], device=device)
         device_sync(device)
         start = time.perf_counter()
-        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
-                             do_sample=False, eos_token_id=eos or None, pad_token_id=eos[0] if eos else None)
+        out = model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos or None,
+            pad_token_id=eos[0] if eos else None,
+        )
         device_sync(device)
         seconds = time.perf_counter() - start
-        tokens = out[0, len(ids):].tolist()
+        tokens = out[0, len(ids) :].tolist()
         return tokens, len(tokens), seconds
-    decoding = Decoding(model, ids, lookahead=method.config, chooser=method.chooser, max_new_tokens=max_new_tokens, eos_token_ids=eos)
+    decoding = Decoding(
+        model, ids, lookahead=method.config, chooser=method.chooser, max_new_tokens=max_new_tokens, eos_token_ids=eos
+    )
     device_sync(device)
     start = time.perf_counter()
     list(decoding)
@@ -163,15 +185,17 @@ def summarize(results: Sequence[MethodResult], prompts_done: int) -> list[dict[s
     rows = []
     for r in results:
         rate = r.tokens_per_second
-        rows.append({
-            "method": r.name,
-            "tokens_per_second": rate,
-            "tokens_per_step": r.tokens_per_step,
-            "speedup_vs_generate": rate / reference if reference else None,
-            "speedup_vs_fastest_plain": rate / fastest_plain if fastest_plain else None,
-            "identical_to_generate": f"{r.identical}/{prompts_done}",
-            "new_tokens": r.new_tokens,
-            "seconds": r.seconds,
-            "peak_bytes": r.peak_bytes,
-        })
+        rows.append(
+            {
+                "method": r.name,
+                "tokens_per_second": rate,
+                "tokens_per_step": r.tokens_per_step,
+                "speedup_vs_generate": rate / reference if reference else None,
+                "speedup_vs_fastest_plain": rate / fastest_plain if fastest_plain else None,
+                "identical_to_generate": f"{r.identical}/{prompts_done}",
+                "new_tokens": r.new_tokens,
+                "seconds": r.seconds,
+                "peak_bytes": r.peak_bytes,
+            }
+        )
     return rows

@@ -111,8 +111,12 @@ def _curve_row(ctx: Context, shape: str, mode: str) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats(ctx.device)
     seconds = measure_curve(model, ctx.sizes, ctx.context_tokens, ctx.repeats)
     return {
-        "shape": shape, "like": SHAPES[shape].like, "mode": mode, "seconds": seconds,
-        "ratio": [s / seconds[0] for s in seconds], "weight_bytes": weight_bytes(model),
+        "shape": shape,
+        "like": SHAPES[shape].like,
+        "mode": mode,
+        "seconds": seconds,
+        "ratio": [s / seconds[0] for s in seconds],
+        "weight_bytes": weight_bytes(model),
         "peak_bytes": torch.cuda.max_memory_allocated(ctx.device) if ctx.cuda else None,
         "build_seconds": built,
     }
@@ -128,7 +132,11 @@ def exactness(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     """Lookahead vs plain greedy on a random model, fp32 (must be identical) and fp16 (share reported)."""
 
     shape = SHAPES[ctx.check_shape]
-    configs = [LookaheadConfig(4, 4, 4), LookaheadConfig(7, 5, 7)] if ctx.tiny else [LookaheadConfig(7, 5, 7), LookaheadConfig(15, 5, 15)]
+    configs = (
+        [LookaheadConfig(4, 4, 4), LookaheadConfig(7, 5, 7)]
+        if ctx.tiny
+        else [LookaheadConfig(7, 5, 7), LookaheadConfig(15, 5, 15)]
+    )
     count, length, new = (4, 32, 32) if ctx.tiny else (6, 64, 64)
     prompts = random_prompts(count, length, shape.vocab)
     out = _result(shape=shape.name, prompts=count, prompt_tokens=length, max_new_tokens=new, rows=[])
@@ -148,7 +156,9 @@ def syncs(ctx: Context, deadline: Deadline) -> dict[str, Any]:
 
     out = _result(rows=[])
     if not ctx.cuda:
-        out["notes"].append("CPU: the sync debug mode needs CUDA; the probe only ran the loop and counted explicit synchronize calls")
+        out["notes"].append(
+            "CPU: the sync debug mode needs CUDA; the probe only ran the loop and counted explicit synchronize calls"
+        )
     model = ctx.model(ctx.check_shape, "fp16")
     prompt = random_prompts(1, 64, SHAPES[ctx.check_shape].vocab, seed=1)[0]
     for config in (None, LookaheadConfig(4, 4, 4) if ctx.tiny else LookaheadConfig(15, 5, 15)):
@@ -170,20 +180,28 @@ def real_model(ctx: Context, deadline: Deadline) -> dict[str, Any]:
     """The model folder given with --model: every grid setting and Auto against generate and plain."""
 
     if ctx.model_dir is None:
-        return _result("skipped", notes=["no --model DIR given (export one with `python -m app export-model`, see README)"])
+        return _result(
+            "skipped", notes=["no --model DIR given (export one with `python -m app export-model`, see README)"]
+        )
     ctx.release()
     dtype = MODES["fp16"] if ctx.cuda else MODES["fp32"]
     start = time.perf_counter()
     model, tokenizer, notes = load_folder(ctx.model_dir, ctx.device, dtype)
-    out = _result(model=str(ctx.model_dir), dtype=str(dtype).removeprefix("torch."), load_seconds=time.perf_counter() - start,
-                  max_new_tokens=ctx.max_new_tokens, rows=[])
+    out = _result(
+        model=str(ctx.model_dir),
+        dtype=str(dtype).removeprefix("torch."),
+        load_seconds=time.perf_counter() - start,
+        max_new_tokens=ctx.max_new_tokens,
+        rows=[],
+    )
     out["notes"] += notes
     auto = calibrate_auto(model, ctx.device)
     out["auto"] = auto.as_dict()
     out["notes"].append(auto.note)
     prompts = bench_prompts(tokenizer, ctx.prompts_per_suite)
-    results, done = run_methods(model, prompts, standard_methods(auto.chooser),
-                                eos_ids(model, tokenizer), ctx.max_new_tokens, deadline)
+    results, done = run_methods(
+        model, prompts, standard_methods(auto.chooser), eos_ids(model, tokenizer), ctx.max_new_tokens, deadline
+    )
     out["prompts_done"], out["prompts_planned"] = done, len(prompts)
     if done < len(prompts):
         out["status"] = "partial"

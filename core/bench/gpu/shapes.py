@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
 
 from core.bench.gpu.quantize import quantize_linears
-from transformers import AutoModelForCausalLM, LlamaConfig
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,19 @@ class Shape:
 
     def config(self) -> Any:
         return LlamaConfig(
-            vocab_size=self.vocab, hidden_size=self.hidden, intermediate_size=self.intermediate,
-            num_hidden_layers=self.layers, num_attention_heads=self.heads, num_key_value_heads=self.kv_heads,
-            max_position_embeddings=4096, rope_theta=500000.0, tie_word_embeddings=self.tied,
-            bos_token_id=1, eos_token_id=2, pad_token_id=2, initializer_range=self.init_std,
+            vocab_size=self.vocab,
+            hidden_size=self.hidden,
+            intermediate_size=self.intermediate,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads,
+            max_position_embeddings=4096,
+            rope_theta=500000.0,
+            tie_word_embeddings=self.tied,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=2,
+            initializer_range=self.init_std,
         )
 
     def parameters(self) -> int:

@@ -10,6 +10,8 @@ from core.autotune.measure import measure_step_seconds
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 
 
-def measure_curve(model: Any, sizes: Sequence[int] = DEFAULT_SIZES, context: int = 512, repeats: int = 5) -> list[float]:
+def measure_curve(
+    model: Any, sizes: Sequence[int] = DEFAULT_SIZES, context: int = 512, repeats: int = 5
+) -> list[float]:
     """Median seconds of one step per size, through the decoder's own step implementation."""
     return measure_step_seconds(model, sizes, context, repeats)

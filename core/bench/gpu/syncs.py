@@ -47,7 +47,7 @@ class SyncReport:
 
 def _short(path: str) -> str:
     if path.startswith(_ROOT):
-        return path[len(_ROOT) + 1:]
+        return path[len(_ROOT) + 1 :]
     marker = "site-packages/"
     return path.split(marker, 1)[1] if marker in path else path
 
@@ -56,7 +56,9 @@ def _site(path: str, line: int) -> tuple[str, str]:
     return f"{_short(path)}:{line}", linecache.getline(path, line).strip()
 
 
-def probe_syncs(model: Any, prompt: list[int], config: LookaheadConfig | None, warmup: int = 3, steps: int = 8) -> SyncReport:
+def probe_syncs(
+    model: Any, prompt: list[int], config: LookaheadConfig | None, warmup: int = 3, steps: int = 8
+) -> SyncReport:
     """Count the host syncs of ``steps`` decoding steps (plain when ``config`` is None)."""
     ngram = config.ngram if config else 1
     decoding = Decoding(model, prompt, lookahead=config, max_new_tokens=(2 + warmup + steps) * ngram)

@@ -23,7 +23,9 @@ from torch import nn
 
 from core.runtime.weights.fused import HeadWeights, LayerWeights
 
-HEAD_STAND_IN_ROWS = 2  # the head rows every layer but the last computes (see DecoderLayer); 0 and 1 would fix the shape
+HEAD_STAND_IN_ROWS = (
+    2  # the head rows every layer but the last computes (see DecoderLayer); 0 and 1 would fix the shape
+)
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,16 @@ class DecoderLayer(nn.Module):
         self.spec = spec
 
     def forward(
-        self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-        head_norm: torch.Tensor, head_weight: torch.Tensor, head_scales: torch.Tensor | None, head_bias: torch.Tensor | None,
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        head_norm: torch.Tensor,
+        head_weight: torch.Tensor,
+        head_scales: torch.Tensor | None,
+        head_bias: torch.Tensor | None,
         *tensors: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden`` ``[1, 1, hidden_size]`` after the layer, and the head's logits ``[1, rows]`` for it.
@@ -102,11 +112,18 @@ class DecoderLayer(nn.Module):
         :data:`LayerWeights`."""
         dtype = hidden.dtype
         hidden = self._layer(hidden, cos, sin, keys, values, tensors).to(dtype)
-        logits = self._project(self._rms_norm(hidden, head_norm, self.spec.head_eps)[0], head_weight, head_scales, head_bias)
+        logits = self._project(
+            self._rms_norm(hidden, head_norm, self.spec.head_eps)[0], head_weight, head_scales, head_bias
+        )
         return hidden, logits.to(dtype)
 
     def _layer(
-        self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
         tensors: tuple[torch.Tensor | None, ...],
     ) -> torch.Tensor:
         """The layer in fp32; only the cache entries (and, without ``fp32_products``, the products'
@@ -143,14 +160,18 @@ class DecoderLayer(nn.Module):
             gate, up = _project(h, *gate_proj), _project(h, *up_proj)
         return hidden + _project(F.silu(gate) * up, *down)
 
-    def _project(self, x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+    def _project(
+        self, x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None
+    ) -> torch.Tensor:
         """``x`` (fp32) times the weight, in fp32 (see the class)."""
         fused = self.spec.fp32_products
         x = x if fused else x.to(self.spec.dtype)
         if weight.dtype == torch.uint8:  # int4, packed for the CPU kernel; scales and zeros [in / group, out, 2]
             assert scales is not None
             flat = x.reshape(-1, x.shape[-1]).to(scales.dtype)
-            out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, weight, flat.shape[-1] // scales.shape[0], scales).float()
+            out = torch.ops.aten._weight_int4pack_mm_for_cpu(
+                flat, weight, flat.shape[-1] // scales.shape[0], scales
+            ).float()
         elif scales is None:  # float weights: a reduction inductor fuses into one kernel per product
             out = (x.unsqueeze(-2) * weight).sum(-1, dtype=torch.float32)
         elif fused:  # int8, one scale per output channel: widened inside the same kernel

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from core.runtime.compiled.layer import HEAD_STAND_IN_ROWS, DecoderLayer, LayerSpec, layer_spec
-from core.runtime.weights.fused import LayerWeights, fuse_projections, head_weights, layer_weights
+from core.runtime.weights.fused import fuse_projections, head_weights, layer_weights
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,9 @@ def vector_isa_from_flags() -> Iterator[None]:
 
 
 def package_dir() -> Path:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir  # inductor takes about a second to import: only when compiling
+    from torch._inductor.runtime.cache_dir_utils import (
+        cache_dir,  # inductor takes about a second to import: only when compiling
+    )
 
     return Path(cache_dir()) / "lookahead-steps"
 
@@ -96,7 +98,7 @@ def load_package(path: Path) -> LayerRunner | None:
     """A stored package, or ``None`` (and the file removed) where it does not load."""
     try:
         return _runner(path)
-    except Exception as err:  # noqa: BLE001 - a truncated or foreign file: compile it again
+    except Exception as err:  # a truncated or foreign file: compile it again
         log.warning("compiling the decoding step again: %s does not load (%s)", path.name, err)
         path.unlink(missing_ok=True)
         return None

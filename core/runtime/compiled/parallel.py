@@ -38,8 +38,9 @@ CHILD_COMMAND = "_compile-step"
 """The frozen app's first argument that makes it a compiling child (see ``app.cli``)."""
 
 
-def compile_in_parallel(models: Sequence[Any], cancelled: Callable[[], bool] | None = None,
-                        progress: Callable[[float], None] | None = None) -> None:
+def compile_in_parallel(
+    models: Sequence[Any], cancelled: Callable[[], bool] | None = None, progress: Callable[[float], None] | None = None
+) -> None:
     """Compile the step packages of ``models`` that are not in the cache yet, each in a child process,
     all at once; returns when every child has ended. Does nothing for fewer than two packages or on a
     single core (the first compile in this process is as quick then). Raises
@@ -51,7 +52,7 @@ def compile_in_parallel(models: Sequence[Any], cancelled: Callable[[], bool] | N
     try:
         get_cpp_compiler()  # none (Windows without Visual Studio's, say): no children that could only fail
         jobs = {job.path: job for job in (compile_job(m) for m in models if why_not_compilable(m) is None)}
-    except Exception as err:  # noqa: BLE001 - compile_step meets the same failure and reports it
+    except Exception as err:  # compile_step meets the same failure and reports it
         log.warning("step packages not compiled side by side: %s", err)
         return
     missing = [job for path, job in jobs.items() if not path.exists()]
@@ -77,7 +78,9 @@ def compile_in_parallel(models: Sequence[Any], cancelled: Callable[[], bool] | N
         for (child, errors), job in zip(children, missing):
             if child.returncode not in (0, None):
                 last = (errors.read_text(encoding="utf-8", errors="replace").strip().splitlines() or [""])[-1]
-                log.warning("compiling %s in a child process failed (exit %s): %s", job.path.name, child.returncode, last)
+                log.warning(
+                    "compiling %s in a child process failed (exit %s): %s", job.path.name, child.returncode, last
+                )
     if progress is not None:
         progress(1.0)
     log.info("%d step packages compiled side by side in %.1f s", len(missing), time.perf_counter() - start)
@@ -88,9 +91,14 @@ def _start(job: CompileJob, stem: Path) -> tuple[subprocess.Popen, Path]:
     job_file, errors = stem.with_suffix(".pt"), stem.with_suffix(".log")
     torch.save(job, job_file)
     with errors.open("wb") as sink:
-        child = subprocess.Popen([*child_command(), str(job_file)], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
-                                 start_new_session=os.name == "posix",  # its compiler processes go with it
-                                 creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0))
+        child = subprocess.Popen(
+            [*child_command(), str(job_file)],
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=sink,
+            start_new_session=os.name == "posix",  # its compiler processes go with it
+            creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0),
+        )
     return child, errors
 
 

@@ -24,7 +24,9 @@ from core.runtime.weights.fused import HeadWeights, LayerWeights, head_weights, 
 
 log = logging.getLogger(__name__)
 
-MIN_CACHED = 1  # cached tokens before the compiled step runs: it takes a cache of 2 or more entries, this token's included
+MIN_CACHED = (
+    1  # cached tokens before the compiled step runs: it takes a cache of 2 or more entries, this token's included
+)
 
 
 def why_not_compilable(model: Any, *, weights: bool = True) -> str | None:
@@ -85,7 +87,7 @@ def compile_step(model: Any) -> CompiledStep | str:
         assert weights is not None and head is not None
         with torch.inference_mode():
             layer([*scratch_inputs(model), *present(head_stand_in(head)), *present(weights[0])])
-    except Exception as err:  # noqa: BLE001 - inductor raises many kinds (no compiler, no headers); eager still answers
+    except Exception as err:  # inductor raises many kinds (no compiler, no headers); eager still answers
         log.warning("the decoding step stays eager: compiling it failed: %s", err)
         first_line = (str(err).strip().splitlines() or [""])[0][:200]
         return f"compiling failed: {type(err).__name__}: {first_line}"

@@ -127,8 +127,13 @@ def _spanning_view(parts: list[torch.Tensor]) -> torch.Tensor | None:
     first = parts[0]
     offset = first.storage_offset()
     for part in parts:
-        if (part.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() or part.storage_offset() != offset
-                or part.dtype != first.dtype or part.shape[1:] != first.shape[1:] or not part.is_contiguous()):
+        if (
+            part.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+            or part.storage_offset() != offset
+            or part.dtype != first.dtype
+            or part.shape[1:] != first.shape[1:]
+            or not part.is_contiguous()
+        ):
             return None
         offset += part.numel()
     shape = (sum(part.shape[0] for part in parts), *first.shape[1:])

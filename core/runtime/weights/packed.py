@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -67,11 +66,13 @@ class PackedLinear(nn.Module):
         self.bias = None if bias is None else bias.detach()
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, *, rows: bool = False) -> "PackedLinear":
+    def from_linear(cls, linear: nn.Linear, *, rows: bool = False) -> PackedLinear:
         return cls(linear.weight, linear.bias, rows=rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.plain is not None and x.numel() == self.in_features and x.dtype != torch.float32:  # one half-precision row
+        if (
+            self.plain is not None and x.numel() == self.in_features and x.dtype != torch.float32
+        ):  # one half-precision row
             with one_row_kernels():
                 return F.linear(x, self.plain, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
@@ -93,7 +94,7 @@ class PackedLinear(nn.Module):
             linear.bias = nn.Parameter(self.bias, requires_grad=False)
         return linear
 
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> "PackedLinear":
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> PackedLinear:
         # ``.to(dtype)``, ``.float()`` and the like: convert the plain weights, then pack them again.
         weight = fn(self.plain_weight())
         if weight.device.type != "cpu":
@@ -109,13 +110,15 @@ class PackedLinear(nn.Module):
         if self.bias is not None:
             destination[prefix + "bias"] = self.bias
 
-    def __deepcopy__(self, memo: dict) -> "PackedLinear":
+    def __deepcopy__(self, memo: dict) -> PackedLinear:
         bias = None if self.bias is None else self.bias.clone()
         return PackedLinear(self.plain_weight().clone(), bias, rows=self.plain is not None)
 
     def extra_repr(self) -> str:
         layout = PACKED_ROWS if self.plain is not None else PACKED
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, {layout}"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, {layout}"
+        )
 
 
 def apply_layout(model: nn.Module, layout: str) -> int:
@@ -129,15 +132,21 @@ def apply_layout(model: nn.Module, layout: str) -> int:
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown weight layout {layout!r}; use one of {', '.join(LAYOUTS)}")
-    current = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
-               if isinstance(child, PackedLinear) or (type(child) is nn.Linear and child.weight.is_floating_point())]
+    current = [
+        (parent, name)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, PackedLinear) or (type(child) is nn.Linear and child.weight.is_floating_point())
+    ]
     for parent, name in current:
         layer = getattr(parent, name)
         if isinstance(layer, PackedLinear) and layout != PLAIN:
             layer.plain = None if layout == PACKED else layer.plain_weight()
             continue
         linear = layer.to_linear() if isinstance(layer, PackedLinear) else layer
-        setattr(parent, name, linear if layout == PLAIN else PackedLinear.from_linear(linear, rows=layout == PACKED_ROWS))
+        setattr(
+            parent, name, linear if layout == PLAIN else PackedLinear.from_linear(linear, rows=layout == PACKED_ROWS)
+        )
     return len(current)
 
 
@@ -167,7 +176,9 @@ def rows_copy_fits(model: nn.Module) -> bool:
         return False
     copy_bytes = sum(m.in_features * m.out_features for m in linears) * torch.finfo(dtype).bits // 8
     memory = system_memory()
-    return copy_bytes <= ROWS_COPY_LIMIT_BYTES and (memory is None or ROWS_COPY_MEMORY_MARGIN * copy_bytes <= memory.available)
+    return copy_bytes <= ROWS_COPY_LIMIT_BYTES and (
+        memory is None or ROWS_COPY_MEMORY_MARGIN * copy_bytes <= memory.available
+    )
 
 
 def float_dtype(model: nn.Module) -> torch.dtype | None:

@@ -1,8 +1,9 @@
 """Weight-only int8 / int4 linear layers on the CPU, through PyTorch's own CPU kernels.
 
 The CPU counterpart of bitsandbytes on CUDA. ``int8``: one scale per output channel (symmetric),
-``torch._weight_int8pack_mm`` (widened for one ordinary product from :data:`WIDEN_FROM_ROWS` rows on). ``int4``: asymmetric groups of ``group_size`` input channels,
-``aten._weight_int4pack_mm_for_cpu`` (dequantised weight = (q - 8) * scale + zero). Activations stay
+``torch._weight_int8pack_mm`` (widened for one ordinary product from :data:`WIDEN_FROM_ROWS` rows
+on). ``int4``: asymmetric groups of ``group_size`` input channels, ``aten._weight_int4pack_mm_for_cpu``
+(dequantised weight = (q - 8) * scale + zero). Activations stay
 in the model's dtype (fp32 or bf16); ``model.to(dtype)`` converts the scales with it. The token
 embedding is never quantized (it is a lookup, not a matmul).
 """
@@ -42,16 +43,16 @@ class Int8WeightLinear(nn.Module):
         self.register_buffer("bias", bias)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> "Int8WeightLinear":
+    def from_linear(cls, linear: nn.Linear) -> Int8WeightLinear:
         weight = linear.weight.detach()
         qweight = torch.empty(weight.shape, dtype=torch.int8)
         scales = torch.empty(weight.shape[0], dtype=torch.float32)
         rows = max(1, QUANTIZE_BLOCK_ELEMENTS // weight.shape[1])
         for start in range(0, weight.shape[0], rows):  # small temporaries: see QUANTIZE_BLOCK_ELEMENTS
-            block = weight[start:start + rows].float()
+            block = weight[start : start + rows].float()
             block_scales = (block.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
-            qweight[start:start + rows] = torch.round(block / block_scales[:, None]).clamp(-128, 127)
-            scales[start:start + rows] = block_scales
+            qweight[start : start + rows] = torch.round(block / block_scales[:, None]).clamp(-128, 127)
+            scales[start : start + rows] = block_scales
         dtype = linear.weight.dtype
         bias = linear.bias.detach().clone() if linear.bias is not None else None
         return cls(qweight, scales.to(dtype), bias)
@@ -70,8 +71,15 @@ class Int8WeightLinear(nn.Module):
 class Int4WeightLinear(nn.Module):
     """Group-wise asymmetric int4 weights packed for the CPU kernel, scales and zeros per group."""
 
-    def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int,
-                 in_features: int, out_features: int, bias: torch.Tensor | None) -> None:
+    def __init__(
+        self,
+        packed: torch.Tensor,
+        scales_and_zeros: torch.Tensor,
+        group_size: int,
+        in_features: int,
+        out_features: int,
+        bias: torch.Tensor | None,
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
         self.register_buffer("packed", packed)
@@ -79,7 +87,7 @@ class Int4WeightLinear(nn.Module):
         self.register_buffer("bias", bias)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group_size: int) -> "Int4WeightLinear":
+    def from_linear(cls, linear: nn.Linear, group_size: int) -> Int4WeightLinear:
         out_features, in_features = linear.weight.shape
         groups = linear.weight.detach().float().reshape(out_features, in_features // group_size, group_size)
         low, high = groups.amin(dim=-1), groups.amax(dim=-1)
@@ -93,7 +101,9 @@ class Int4WeightLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size, self.scales_and_zeros.to(x.dtype))
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            flat, self.packed, self.group_size, self.scales_and_zeros.to(x.dtype)
+        )
         if self.bias is not None:
             out = out + self.bias.to(x.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
@@ -113,16 +123,23 @@ def quantize_model(model: Any, bits: int, *, include_lm_head: bool | None = None
     if include_lm_head is None:
         include_lm_head = bits == 8
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    targets = [(name, module) for name, module in model.named_modules()
-               if isinstance(module, nn.Linear) and (include_lm_head or module is not head)]
+    targets = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and (include_lm_head or module is not head)
+    ]
     replaced = 0
     for name, linear in targets:
         if bits == 8:
             new: nn.Module = Int8WeightLinear.from_linear(linear)
         else:
             if linear.in_features % INT4_GROUP_SIZE:
-                log.info("int4: %s stays in float (input width %d is not a multiple of %d)", name, linear.in_features,
-                         INT4_GROUP_SIZE)
+                log.info(
+                    "int4: %s stays in float (input width %d is not a multiple of %d)",
+                    name,
+                    linear.in_features,
+                    INT4_GROUP_SIZE,
+                )
                 continue
             new = Int4WeightLinear.from_linear(linear, INT4_GROUP_SIZE)
         parent_name, _, child = name.rpartition(".")

@@ -26,7 +26,9 @@ def copy_sharing_weights(model: nn.Module) -> Any:
     memo: dict[int, Any] = {}
     for tensor in itertools.chain(model.parameters(), model.buffers()):
         alias = tensor.detach()
-        memo[id(tensor)] = nn.Parameter(alias, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else alias
+        memo[id(tensor)] = (
+            nn.Parameter(alias, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else alias
+        )
     return copy.deepcopy(model, memo)
 
 

@@ -10,7 +10,7 @@ from core.autotune.calibration import Calibration, calibrate, calibrate_dtypes, 
 from core.autotune.chooser import AutoChooser
 from core.autotune.curve import StepCostCurve
 from core.autotune.predict import grid, predict
-from core.lookahead import Decoding, LookaheadConfig, lookahead_generate
+from core.lookahead import LookaheadConfig, lookahead_generate
 from core.runtime.prepared import PreparedModel
 from tests.conftest import make_model, tiny_llama_config
 
@@ -63,10 +63,19 @@ def test_int8_is_kept_only_where_it_speeds_up_auto() -> None:
     bf16 = StepCostCurve((1, 2, 4, 8, 16, 32), (0.025, 0.025, 0.025, 0.028, 0.036, 0.052))  # flat: lookahead pays
     fp32 = StepCostCurve((1, 2, 4, 8, 16, 32), (0.033, 0.034, 0.035, 0.040, 0.050, 0.080))
     cheap_but_steep = StepCostCurve((1, 2, 4, 8, 16, 32), (0.022, 0.030, 0.045, 0.070, 0.120, 0.220))
-    chosen = choose_variant({"fp32": measured("float32", fp32), "bf16": measured("bfloat16", bf16),
-                             "int8": measured("bfloat16", cheap_but_steep)})
+    chosen = choose_variant(
+        {
+            "fp32": measured("float32", fp32),
+            "bf16": measured("bfloat16", bf16),
+            "int8": measured("bfloat16", cheap_but_steep),
+        }
+    )
     assert chosen.dtype == "bfloat16" and chosen.quantization == "none" and chosen.variant == "bf16"
-    assert chosen.dtype_seconds == {"float32": 0.033, "bfloat16": 0.025, "int8": 0.022}  # its plain step is the cheapest
+    assert chosen.dtype_seconds == {
+        "float32": 0.033,
+        "bfloat16": 0.025,
+        "int8": 0.022,
+    }  # its plain step is the cheapest
     flat_and_cheap = StepCostCurve((1, 2, 4, 8, 16, 32), (0.015, 0.015, 0.016, 0.018, 0.024, 0.035))
     chosen = choose_variant({"bf16": measured("bfloat16", bf16), "int8": measured("bfloat16", flat_and_cheap)})
     assert chosen.quantization == "8bit" and chosen.variant == "int8" and "int8 weights" in chosen.reason
@@ -86,8 +95,9 @@ def test_only_variants_that_might_be_chosen_get_a_curve() -> None:
     assert may_be_chosen({"fp32": 0.159, "bf16": 0.066}) == {"bf16"}
     model = make_model(tiny_llama_config(96), seed=0)
     one_token = {"fp32": 1.0, "bf16": 0.001}  # fp32 said to be far slower: its curve is not measured
-    chosen = calibrate_dtypes({"fp32": model, "bf16": make_model(tiny_llama_config(96), seed=0).to(torch.bfloat16)},
-                              one_token=one_token)
+    chosen = calibrate_dtypes(
+        {"fp32": model, "bf16": make_model(tiny_llama_config(96), seed=0).to(torch.bfloat16)}, one_token=one_token
+    )
     assert chosen.dtype == "bfloat16" and chosen.dtype_seconds == {"float32": 1.0, "bfloat16": 0.001}
 
 
@@ -123,7 +133,9 @@ def test_chooser_keeps_a_winning_setting_and_probes_plain_rarely() -> None:
     for _ in range(320):
         setting = chooser.choose()
         ran.append(setting)
-        chooser.observe(setting, 1 if setting is None else 2, 0.04 if setting is None else 0.045, 1 if setting is None else 20)
+        chooser.observe(
+            setting, 1 if setting is None else 2, 0.04 if setting is None else 0.045, 1 if setting is None else 20
+        )
     assert ran.count(None) <= 320 // 32 + 1
     assert chooser.learned()[calibration.choice.label][0] > 1.5
 
@@ -155,7 +167,12 @@ def test_calibration_on_a_real_model_is_quick_and_complete() -> None:
     assert calibration.curve.sizes == (1, 2, 4, 8, 16, 32) and all(s > 0 for s in calibration.curve.seconds)
     assert calibration.seconds > 0 and calibration.dtype == "float32" and calibration.device == "cpu"
     assert {e.label for e in calibration.estimates} == {s.label for s in grid("cpu")}
-    both = calibrate_dtypes({"fp32": PreparedModel(model), "bf16": PreparedModel(make_model(tiny_llama_config(96), seed=0).to(torch.bfloat16))})
+    both = calibrate_dtypes(
+        {
+            "fp32": PreparedModel(model),
+            "bf16": PreparedModel(make_model(tiny_llama_config(96), seed=0).to(torch.bfloat16)),
+        }
+    )
     assert set(both.dtype_seconds) == {"float32", "bfloat16"}
     assert both.dtype == min(both.dtype_seconds, key=both.dtype_seconds.get)
 
@@ -168,11 +185,20 @@ def test_auto_is_exact_through_generate(seed: int) -> None:
     prompt = torch.tensor([head + head])
     reference = model.generate(prompt, max_new_tokens=40, min_new_tokens=40, do_sample=False)
     auto = auto_lookahead(model)
-    out = model.generate(prompt, max_new_tokens=40, min_new_tokens=40, do_sample=False, custom_generate=lookahead_generate,
-                         lookahead=auto, return_dict_in_generate=True)
+    out = model.generate(
+        prompt,
+        max_new_tokens=40,
+        min_new_tokens=40,
+        do_sample=False,
+        custom_generate=lookahead_generate,
+        lookahead=auto,
+        return_dict_in_generate=True,
+    )
     assert out.sequences.tolist() == reference.tolist()
     assert out.lookahead_stats.mode == "auto" and sum(out.lookahead_stats.setting_tokens.values()) == 39
-    again = model.generate(prompt, max_new_tokens=8, do_sample=False, custom_generate=lookahead_generate, lookahead=auto)
+    again = model.generate(
+        prompt, max_new_tokens=8, do_sample=False, custom_generate=lookahead_generate, lookahead=auto
+    )
     assert again.tolist() == reference[:, : prompt.shape[1] + 8].tolist()  # the same chooser, still learning
     with pytest.raises(ValueError, match="auto_lookahead"):
         model.generate(prompt, max_new_tokens=4, custom_generate=lookahead_generate, lookahead="auto")
@@ -182,8 +208,15 @@ def test_auto_with_repetition_penalty_matches_generate() -> None:
     model = make_model(tiny_llama_config(96), seed=5)
     prompt = torch.tensor([list(range(10, 30)) * 2])
     reference = model.generate(prompt, max_new_tokens=32, min_new_tokens=32, do_sample=False, repetition_penalty=1.1)
-    out = model.generate(prompt, max_new_tokens=32, min_new_tokens=32, do_sample=False, repetition_penalty=1.1,
-                         custom_generate=lookahead_generate, lookahead=auto_lookahead(model))
+    out = model.generate(
+        prompt,
+        max_new_tokens=32,
+        min_new_tokens=32,
+        do_sample=False,
+        repetition_penalty=1.1,
+        custom_generate=lookahead_generate,
+        lookahead=auto_lookahead(model),
+    )
     assert out.tolist() == reference.tolist()
 
 

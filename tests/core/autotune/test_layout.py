@@ -65,7 +65,13 @@ def test_a_processor_that_cannot_pack_the_dtype_keeps_the_plain_layout() -> None
         "print(len([s for s in decoding]) > 0, len(decoding.tokens))\n"
     )
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300,
-                          cwd=Path(__file__).resolve().parents[3])
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[3],
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["plain", "plain", "True", "8"]

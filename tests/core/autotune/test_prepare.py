@@ -32,7 +32,9 @@ def test_calibration_is_measured_once_then_read_from_the_cache(tiny_loaded, app_
     assert stored["key"]["step"] == "lean"  # the tiny LLaMA runs on the lean step, and its curve is that step's
     named: list[str] = []
     second = cal.ensure_calibrated(tiny_loaded, app_paths, lambda stage, f: named.append(stage))
-    assert cal.STAGE not in named and second.calibration.curve == first.calibration.curve  # from the cache: nothing measured (at most compiled)
+    assert (
+        cal.STAGE not in named and second.calibration.curve == first.calibration.curve
+    )  # from the cache: nothing measured (at most compiled)
 
 
 def test_any_change_of_the_key_measures_again(tiny_loaded, app_paths) -> None:
@@ -52,8 +54,12 @@ def test_cpu_dtype_auto_keeps_the_dtype_whose_plain_step_is_faster(tiny_model_fo
     loaded = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
     assert loaded.dtype == torch.float32 and loaded.requested_dtype == "auto"
     fractions: list[float] = []
-    calibration = cal.ensure_calibrated(loaded, app_paths, lambda stage, f: fractions.append(f) if stage == cal.STAGE else None).calibration
-    assert fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions)  # the bar moves on, never back
+    calibration = cal.ensure_calibrated(
+        loaded, app_paths, lambda stage, f: fractions.append(f) if stage == cal.STAGE else None
+    ).calibration
+    assert (
+        fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions)
+    )  # the bar moves on, never back
     assert len(set(fractions)) > 5
     assert set(calibration.dtype_seconds) == {"float32", "bfloat16"}
     faster = min(calibration.dtype_seconds, key=calibration.dtype_seconds.get)
@@ -74,7 +80,9 @@ def test_cpu_quantization_auto_takes_int8_only_when_clearly_faster(tiny_model_fo
     assert loaded.requested_quantization == "auto" and loaded.quantization == "none"
     calibration = cal.ensure_calibrated(loaded, app_paths).calibration
     assert set(calibration.dtype_seconds) == {"float32", "bfloat16", "int8"}
-    int8_wins = calibration.quantization == "8bit"  # the rule itself: test_auto.py, test_int8_is_kept_only_where_it_speeds_up_auto
+    int8_wins = (
+        calibration.quantization == "8bit"
+    )  # the rule itself: test_auto.py, test_int8_is_kept_only_where_it_speeds_up_auto
     assert int8_wins == (loaded.quantization == "8bit")
     assert isinstance(loaded.model.lm_head, Int8WeightLinear) == int8_wins
     assert ("int8 weights" in calibration.reason) == int8_wins
@@ -95,20 +103,28 @@ def test_copies_that_would_not_fit_in_the_free_memory_are_not_tried(tiny_model_f
     untried = next(name for name in needed if name != smaller)
     assert f"{untried} not tried (not enough free memory)" in calibration.reason  # the status bar says why
     again = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
-    assert cal.ensure_calibrated(again, app_paths, _fail_if_measuring).calibration.reason == calibration.reason  # and says it again
+    assert (
+        cal.ensure_calibrated(again, app_paths, _fail_if_measuring).calibration.reason == calibration.reason
+    )  # and says it again
 
 
-def test_a_model_loaded_in_bf16_to_leave_memory_tries_int8_but_never_widens_to_fp32(tiny_model_folder, app_paths, monkeypatch) -> None:
+def test_a_model_loaded_in_bf16_to_leave_memory_tries_int8_but_never_widens_to_fp32(
+    tiny_model_folder, app_paths, monkeypatch
+) -> None:
     from core.models import loader
     from core.runtime.memory import SystemMemory
 
-    monkeypatch.setattr(loader, "system_memory", lambda: SystemMemory(total=1000, available=1000))  # any model is too big for fp32
+    monkeypatch.setattr(
+        loader, "system_memory", lambda: SystemMemory(total=1000, available=1000)
+    )  # any model is too big for fp32
     loaded = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
     assert loaded.dtype == torch.bfloat16 and loaded.quantization == "none"
     calibration = cal.ensure_calibrated(loaded, app_paths).calibration
     assert set(calibration.dtype_seconds) == {"bfloat16", "int8"} and loaded.dtype == torch.bfloat16
     stored = json.loads(_path(app_paths, loaded).read_text())
-    stored["calibration"].update(dtype="float32", quantization="none")  # as a calibration made with more memory might say
+    stored["calibration"].update(
+        dtype="float32", quantization="none"
+    )  # as a calibration made with more memory might say
     _path(app_paths, loaded).write_text(json.dumps(stored))
     again = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu"), app_paths)
     cal.ensure_calibrated(again, app_paths, _fail_if_measuring)
@@ -174,7 +190,9 @@ def test_a_compiled_step_in_the_cache_is_compiled_again_at_the_next_start(tiny_m
     stages: list[tuple[str, float]] = []
     calibration = cal.ensure_calibrated(again, app_paths, lambda stage, f: stages.append((stage, f))).calibration
     assert calibration.compiled and again.prepared.compiled is not None
-    assert stages == [(cal.COMPILE_STAGE, 0.0), (cal.COMPILE_STAGE, 1.0)] and "compiled 1-token step" in calibration.reason
+    assert (
+        stages == [(cal.COMPILE_STAGE, 0.0), (cal.COMPILE_STAGE, 1.0)] and "compiled 1-token step" in calibration.reason
+    )
 
 
 def test_a_variant_is_compiled_only_if_it_might_overtake_the_fastest() -> None:
@@ -230,7 +248,9 @@ def test_variants_far_slower_than_the_fastest_keep_the_plain_layout_unmeasured(m
     fp32 = make_model(tiny_llama_config(96, hidden_act="gelu"), seed=5)  # no compiled step: layouts only
     models = {"fp32": fp32, "bf16": bf16_copy(fp32)}
     measured: list[torch.dtype] = []
-    monkeypatch.setattr(cal, "choose_layout", lambda model, cancelled: measured.append(model.dtype) or choose_layout(model, cancelled))
+    monkeypatch.setattr(
+        cal, "choose_layout", lambda model, cancelled: measured.append(model.dtype) or choose_layout(model, cancelled)
+    )
     monkeypatch.setattr(cal, "LAYOUT_HOPE", 1.0)  # only the fastest variant's layouts are measured up front
     with caplog.at_level(logging.INFO, logger="core.autotune.prepare"):
         cal.prepare_variants(models, None)
@@ -240,7 +260,9 @@ def test_variants_far_slower_than_the_fastest_keep_the_plain_layout_unmeasured(m
     assert measured[0] == models[fastest].dtype  # the layouts measured up front were the fastest variant's only
 
 
-def test_without_its_compiler_a_cached_fp32_step_drops_the_plain_copy(tiny_model_folder, app_paths, tmp_path, monkeypatch) -> None:
+def test_without_its_compiler_a_cached_fp32_step_drops_the_plain_copy(
+    tiny_model_folder, app_paths, tmp_path, monkeypatch
+) -> None:
     import torch._inductor.config as inductor_config
 
     from core.runtime.weights.packed import PACKED, PACKED_ROWS
@@ -265,7 +287,9 @@ def test_packed_weights_get_no_plain_copy_where_the_compiled_step_cannot_run() -
     from core.runtime.weights.packed import PACKED, apply_layout
     from tests.conftest import make_model, tiny_llama_config
 
-    model = make_model(tiny_llama_config(96, hidden_act="gelu"), seed=5)  # an activation the compiled layer does not have
+    model = make_model(
+        tiny_llama_config(96, hidden_act="gelu"), seed=5
+    )  # an activation the compiled layer does not have
     apply_layout(model, PACKED)
     head = model.lm_head
     prepared = cal.fastest_step(model)

@@ -51,5 +51,7 @@ def build(folder: Path) -> Path:
 def command(folder: Path, *args: str) -> tuple[list[str], dict[str, str]]:
     """The argv and environment that run ``python -S args...`` in the bare interpreter from the checkout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(PYTHONPATH=f"{REPO}{os.pathsep}{folder}", PYTHONNOUSERSITE="1", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"))
+    env.update(
+        PYTHONPATH=f"{REPO}{os.pathsep}{folder}", PYTHONNOUSERSITE="1", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1")
+    )
     return [sys.executable, "-S", *args], env

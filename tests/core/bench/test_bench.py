@@ -9,9 +9,9 @@ import pytest
 from app.cli import main
 from core.bench.report import markdown_table, summarize
 from core.bench.runner import BenchRunner, Method, standard_methods
-from core.suites import DEFAULT_SUITES, available_suites, load_suite
 from core.lookahead import LookaheadConfig
 from core.progress import CancelToken
+from core.suites import DEFAULT_SUITES, available_suites, load_suite
 
 
 def test_shipped_suites_have_enough_prompts() -> None:
@@ -59,9 +59,13 @@ def test_runner_runs_each_dtype_and_auto_with_the_chat_repetition_penalty(tiny_l
     runner = BenchRunner(tiny_loaded, max_new_tokens=10, repetition_penalty=1.1, models=models)
     assert set(runner.models) == {"fp32", "bf16"}
     runner.chooser = AutoChooser(calibrate_dtypes(runner.models))
-    methods = [Method("plain loop [fp32]", "loop", dtype="fp32"), Method("plain loop [bf16]", "loop", dtype="bf16"),
-               Method("generate [bf16]", "generate", dtype="bf16"), Method("auto", "auto"),
-               Method("prompt lookup", "prompt_lookup")]
+    methods = [
+        Method("plain loop [fp32]", "loop", dtype="fp32"),
+        Method("plain loop [bf16]", "loop", dtype="bf16"),
+        Method("generate [bf16]", "generate", dtype="bf16"),
+        Method("auto", "auto"),
+        Method("prompt lookup", "prompt_lookup"),
+    ]
     runner.warm_up(methods)
     results = runner.run([load_suite("chat", 2)], methods)
     assert all(r.identical for r in results if not r.method.startswith("prompt")), results
@@ -80,7 +84,9 @@ def test_auto_runs_on_the_model_variant_its_calibration_chose(tiny_loaded) -> No
     from core.runtime.weights.variants import int8_copy
 
     int8 = int8_copy(tiny_loaded.model)
-    runner = BenchRunner(tiny_loaded, max_new_tokens=6, models={"fp32": tiny_loaded.prepared, "int8": PreparedModel(int8)})
+    runner = BenchRunner(
+        tiny_loaded, max_new_tokens=6, models={"fp32": tiny_loaded.prepared, "int8": PreparedModel(int8)}
+    )
     assert set(runner.models) == {"fp32", "int8"}
     calibration = calibrate_dtypes(runner.models)
     calibration.quantization = "8bit"  # as when int8 weights measure clearly faster
@@ -105,8 +111,25 @@ def test_runner_order_rotates_between_prompts(tiny_loaded) -> None:
 def test_bench_command_writes_table_json_and_png(tiny_model_folder, app_paths, tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path / "home"))
     out = tmp_path / "out"
-    code = main(["bench", "--model", str(tiny_model_folder), "--dtype", "fp32", "--suites", "math", "--limit", "2",
-                 "--max-new-tokens", "8", "--configs", "auto,3:3:3", "--out", str(out)])
+    code = main(
+        [
+            "bench",
+            "--model",
+            str(tiny_model_folder),
+            "--dtype",
+            "fp32",
+            "--suites",
+            "math",
+            "--limit",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--configs",
+            "auto,3:3:3",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     captured = capsys.readouterr()
     printed = captured.out
@@ -121,9 +144,28 @@ def test_bench_command_writes_table_json_and_png(tiny_model_folder, app_paths, t
 
 def test_bench_runs_without_prompt_pool(tiny_model_folder, app_paths, tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path / "home"))
-    code = main(["bench", "--model", str(tiny_model_folder), "--dtype", "fp32", "--suites", "heldout-code", "--limit", "1",
-                 "--max-new-tokens", "8", "--configs", "3:3:3", "--prompt-pool", "both", "--no-peers",
-                 "--out", str(tmp_path / "out")])
+    code = main(
+        [
+            "bench",
+            "--model",
+            str(tiny_model_folder),
+            "--dtype",
+            "fp32",
+            "--suites",
+            "heldout-code",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--configs",
+            "3:3:3",
+            "--prompt-pool",
+            "both",
+            "--no-peers",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "| heldout-code | lookahead W3 N3 G3 |" in printed

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from app.cli import main
-from core.bench.join_parts import MANIFEST, join_folder
 from core.bench.export import export_model
+from core.bench.join_parts import MANIFEST, join_folder
 
 REPO = Path(__file__).resolve().parents[3]
 PROMPT = "def fibonacci(n):\n    "
@@ -22,14 +22,20 @@ def _join_with_stdlib_only(folder: Path) -> subprocess.CompletedProcess:
     """``python -S -m core.bench.join_parts`` with nothing but the checkout on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-S", "-m", "core.bench.join_parts", str(folder)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-S", "-m", "core.bench.join_parts", str(folder)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _greedy(model, tokenizer, tokens: int = 24) -> list[int]:
     ids = tokenizer(PROMPT, return_tensors="pt")["input_ids"]
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, do_sample=False)
-    return out[0, ids.shape[1]:].tolist()
+    return out[0, ids.shape[1] :].tolist()
 
 
 @pytest.mark.default_model
@@ -55,7 +61,9 @@ def test_fp32_export_split_and_joined_gives_the_same_greedy_output(default_loade
 
 
 @pytest.mark.default_model
-def test_cli_exports_fp16_in_parts_of_at_most_60_mb(default_loaded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_cli_exports_fp16_in_parts_of_at_most_60_mb(
+    default_loaded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     from transformers import AutoModelForCausalLM
 
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path / "home"))

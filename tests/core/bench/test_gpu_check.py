@@ -7,10 +7,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import bare_interpreter
 import pytest
 import torch
 
-import bare_interpreter
 from core.bench.gpu.quantize import quantize_linears
 from core.bench.gpu.shapes import SHAPES, random_model, weight_bytes
 from core.bench.join_parts import MANIFEST, split_folder
@@ -31,7 +31,9 @@ def _run(bare: Path, *args: str, timeout: float = 600) -> subprocess.CompletedPr
     return subprocess.run(argv, env=env, cwd=bare_interpreter.REPO, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("module", ["PySide6", "qasync", "gguf", "platformdirs", "bitsandbytes", "accelerate", "core.paths"])
+@pytest.mark.parametrize(
+    "module", ["PySide6", "qasync", "gguf", "platformdirs", "bitsandbytes", "accelerate", "core.paths"]
+)
 def test_bare_interpreter_lacks_the_app_packages(bare: Path, module: str) -> None:
     proc = _run(bare, "-c", f"import {module}")
     assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr
@@ -39,8 +41,10 @@ def test_bare_interpreter_lacks_the_app_packages(bare: Path, module: str) -> Non
 
 def test_the_algorithm_runtime_and_auto_import_in_the_bare_interpreter(bare: Path) -> None:
     """What a transformers user takes: lookahead decoding, and Auto's chooser with it."""
-    code = ("from core.lookahead import lookahead_generate; from core.autotune import auto_lookahead; "
-            "import core.runtime.prepared, core.runtime.compiled.step, core.autotune.calibration; print('ok')")
+    code = (
+        "from core.lookahead import lookahead_generate; from core.autotune import auto_lookahead; "
+        "import core.runtime.prepared, core.runtime.compiled.step, core.autotune.calibration; print('ok')"
+    )
     proc = _run(bare, "-c", code)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
@@ -53,8 +57,20 @@ def report(bare: Path, tiny_model_folder: Path, tmp_path_factory: pytest.TempPat
     assert split_folder(model, 4 << 20)
     out = tmp_path_factory.mktemp("gpu-check")
     # A generous budget: on a loaded CI machine no section may be cut short (no wall-clock limits in tests).
-    proc = _run(bare, "-m", "core.bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(out), "--model", str(model),
-                "--time-budget", "3600")
+    proc = _run(
+        bare,
+        "-m",
+        "core.bench.gpu_check",
+        "--device",
+        "cpu",
+        "--tiny",
+        "--out",
+        str(out),
+        "--model",
+        str(model),
+        "--time-budget",
+        "3600",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "## Answers" in proc.stdout
     return json.loads((out / "gpu_check.json").read_text()), out, model
@@ -80,7 +96,12 @@ def test_step_cost_curve_per_dtype(report) -> None:
 def test_lookahead_is_exact_in_fp32(report) -> None:
     exact = report[0]["sections"]["exactness"]
     fp32 = [r for r in exact["rows"] if r["dtype"] == "fp32"]
-    assert [(r["config"], r["pool"]) for r in fp32] == [("W4 N4 G4", "fresh"), ("W4 N4 G4", "seeded"), ("W7 N5 G7", "fresh"), ("W7 N5 G7", "seeded")]
+    assert [(r["config"], r["pool"]) for r in fp32] == [
+        ("W4 N4 G4", "fresh"),
+        ("W4 N4 G4", "seeded"),
+        ("W7 N5 G7", "fresh"),
+        ("W7 N5 G7", "seeded"),
+    ]
     assert all(r["identical"] == r["prompts"] == 4 for r in fp32)
     assert all(r["tokens_per_step"] > 1.0 for r in fp32)
     assert all(r["tokens_per_step"] > 2.5 for r in fp32 if r["pool"] == "seeded")  # verification accepts on most steps

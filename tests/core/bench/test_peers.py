@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from core.bench import peers
-from core.runtime.prepared import PreparedModel
 from core.bench.peers import PeerBuildError, PeerRow
-from core.runtime.weights.quantized import Int4WeightLinear, Int8WeightLinear
 from core.paths import AppPaths
+from core.runtime.prepared import PreparedModel
+from core.runtime.weights.quantized import Int4WeightLinear, Int8WeightLinear
 from tests.conftest import make_model, tiny_llama_config
 
 # what llama-bench 11434 printed here for `-p 0 -n 16 -r 1 -o json` (fields past the result trimmed)
@@ -45,9 +45,27 @@ def test_llama_bench_without_a_result_is_an_error(output: str) -> None:
 def test_command_lines() -> None:
     bench = Path("/c/bin/llama-bench")
     assert peers.llama_bench_command(bench, Path("/m.gguf"), 2) == [
-        "/c/bin/llama-bench", "-m", "/m.gguf", "-t", "2", "-p", "0", "-n", "128", "-r", "3", "-o", "json"]
+        "/c/bin/llama-bench",
+        "-m",
+        "/m.gguf",
+        "-t",
+        "2",
+        "-p",
+        "0",
+        "-n",
+        "128",
+        "-r",
+        "3",
+        "-o",
+        "json",
+    ]
     assert peers.quantize_command(Path("q"), Path("a.Q4_1.gguf"), Path("a.F16.gguf"), "F16") == [
-        "q", "--allow-requantize", "a.Q4_1.gguf", "a.F16.gguf", "F16"]
+        "q",
+        "--allow-requantize",
+        "a.Q4_1.gguf",
+        "a.F16.gguf",
+        "F16",
+    ]
     build = peers.build_command(Path("/b"), 2)
     assert build[:2] == ["cmake", "--build"] and build[-3:] == ["--target", "llama-bench", "llama-quantize"]
     configure = peers.configure_command(Path("/s"), Path("/b"))

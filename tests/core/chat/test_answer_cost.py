@@ -31,7 +31,10 @@ class CountingTokenizer:
 def conversation(turns: int) -> list[Message]:
     messages = [Message("system", "You are terse.")]
     for i in range(turns):
-        messages += [Message("user", f"Question {i}: what is {i} plus {i}?"), Message("assistant", f"{2 * i}, of course.")]
+        messages += [
+            Message("user", f"Question {i}: what is {i} plus {i}?"),
+            Message("assistant", f"{2 * i}, of course."),
+        ]
     return messages + [Message("user", "Now tell me a story about the numbers.")]
 
 
@@ -39,7 +42,9 @@ def test_the_cost_of_an_answer_does_not_grow_with_the_conversation(tiny_loaded) 
     costs = {}
     for turns in (200, 2000):
         counting = CountingTokenizer(tiny_loaded.tokenizer)
-        answer = Answer(replace(tiny_loaded, tokenizer=counting), conversation(turns), lookahead=None, max_new_tokens=48)
+        answer = Answer(
+            replace(tiny_loaded, tokenizer=counting), conversation(turns), lookahead=None, max_new_tokens=48
+        )
         prompt_characters = counting.characters
         steps = sum(1 for _ in answer)
         costs[turns] = (prompt_characters, counting.decoded / steps, answer.dropped_messages)

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from core.chat.history import HISTORY_FILE, SCHEMA_VERSION, HistoryDamaged, HistoryError, HistoryStore, migrate, open_history
+from core.chat.history import (
+    HISTORY_FILE,
+    SCHEMA_VERSION,
+    HistoryDamaged,
+    HistoryError,
+    HistoryStore,
+    migrate,
+    open_history,
+)
 
 
 @pytest.fixture
@@ -22,8 +30,13 @@ def test_conversations_and_messages_round_trip(store: HistoryStore) -> None:
     conv = store.create_conversation("Binary search")
     store.add_message(conv.id, "user", "Write a binary search")
     answer = store.add_message(conv.id, "assistant", "", status="generating")
-    store.update_message(answer.id, "def search(xs, x): ...", status="complete", mode="lookahead W4 N4 G4",
-                         stats={"tokens_per_second": 31.5, "tokens_per_step": 1.8})
+    store.update_message(
+        answer.id,
+        "def search(xs, x): ...",
+        status="complete",
+        mode="lookahead W4 N4 G4",
+        stats={"tokens_per_second": 31.5, "tokens_per_step": 1.8},
+    )
     messages = store.messages(conv.id)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].content == "def search(xs, x): ..."
@@ -138,7 +151,11 @@ def test_migration_from_version_2_turns_each_chat_into_one_branch_and_keeps_ever
     s = HistoryStore(path)
     assert s.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     first = s.messages(1)
-    assert [(m.id, m.parent_id, m.content) for m in first] == [(1, None, "hello"), (3, 1, "hi there"), (4, 3, "and now?")]
+    assert [(m.id, m.parent_id, m.content) for m in first] == [
+        (1, None, "hello"),
+        (3, 1, "hi there"),
+        (4, 3, "and now?"),
+    ]
     assert (first[1].status, first[1].mode, first[1].stats) == ("truncated", "plain", {"new_tokens": 7})
     assert [(m.parent_id, m.content) for m in s.messages(2)] == [(None, "other chat"), (2, "sure")]
     assert all(s.branches(c).position(m.id) == (0, 1) for c in (1, 2) for m in s.messages(c))
@@ -160,8 +177,14 @@ def test_newer_schema_is_refused_with_a_message(tmp_path: Path) -> None:
 def test_export_markdown_and_json(store: HistoryStore) -> None:
     conv = store.create_conversation("Fib")
     store.add_message(conv.id, "user", "fib?")
-    store.add_message(conv.id, "assistant", "```python\ndef fib(n): ...\n```", mode="plain",
-                      stats={"tokens_per_second": 12.0}, status="stopped")
+    store.add_message(
+        conv.id,
+        "assistant",
+        "```python\ndef fib(n): ...\n```",
+        mode="plain",
+        stats={"tokens_per_second": 12.0},
+        status="stopped",
+    )
     md = store.export_markdown(conv.id)
     assert md.startswith("# Fib\n")
     assert "## Assistant (plain, 12.0 tok/s) [stopped]" in md
@@ -181,7 +204,10 @@ def test_export_shows_the_active_branch_and_keeps_the_others_in_json(store: Hist
     assert "## System\n\nBe brief." in md and "new answer" in md and "old" not in md
     data = store.export_json(conv.id)
     assert [m["content"] for m in data["messages"]] == ["new question", "new answer"]
-    assert [(m["content"], m["parent_id"]) for m in data["other_branches"]] == [("old question", None), ("old answer", q.id)]
+    assert [(m["content"], m["parent_id"]) for m in data["other_branches"]] == [
+        ("old question", None),
+        ("old answer", q.id),
+    ]
     assert data["messages"][1]["parent_id"] == new.id and data["system_prompt"] == "Be brief."
 
 
@@ -215,7 +241,9 @@ def test_a_damaged_history_is_moved_aside_and_a_new_one_started(tmp_path: Path) 
     store, problem = open_history(tmp_path)
     [aside] = tmp_path.glob("history.damaged-*.sqlite3")
     assert aside.read_bytes() == damaged  # kept, byte for byte
-    assert problem is not None and "was damaged" in problem and str(aside) in problem and "new, empty history" in problem
+    assert (
+        problem is not None and "was damaged" in problem and str(aside) in problem and "new, empty history" in problem
+    )
     assert "writable" not in problem
     assert store.path == tmp_path / HISTORY_FILE  # a real file again, not a memory-only session
     conv = store.create_conversation("after")
@@ -229,7 +257,7 @@ def test_a_damaged_history_is_moved_aside_and_a_new_one_started(tmp_path: Path) 
 def test_damage_in_the_last_page_is_caught_at_open(tmp_path: Path) -> None:
     store = HistoryStore(tmp_path / HISTORY_FILE)
     conv = store.create_conversation("t")
-    for i in range(60):
+    for _ in range(60):
         store.add_message(conv.id, "user", "y" * 500)
     store.close()
     data = bytearray((tmp_path / HISTORY_FILE).read_bytes())

@@ -52,7 +52,12 @@ def test_chat_template_is_used(tokenizer) -> None:
 
 
 def test_plain_fallback(plain_tokenizer) -> None:
-    messages = [Message("system", "Be kind."), Message("user", "Hi"), Message("assistant", "Hello!"), Message("user", "Bye")]
+    messages = [
+        Message("system", "Be kind."),
+        Message("user", "Hi"),
+        Message("assistant", "Hello!"),
+        Message("user", "Bye"),
+    ]
     expected = "System: Be kind.\n\nUser: Hi\n\nAssistant: Hello!\n\nUser: Bye\n\nAssistant: "
     assert render_plain(messages) == expected
     assert plain_tokenizer.decode(encode_messages(plain_tokenizer, messages)) == expected
@@ -81,7 +86,9 @@ def test_oldest_turns_dropped_system_kept(tok_name: str, request: pytest.Fixture
     assert "pears" in text and "plums" in text
     # one token less than that: the next oldest turn goes too
     tighter = build_prompt(tok, CONVERSATION, budget=len(without_two) - 1)
-    assert tighter.dropped_messages == 4  # whole exchanges go: the kept part starts with a user message and len(tighter.ids) <= len(without_two) - 1
+    assert (
+        tighter.dropped_messages == 4
+    )  # whole exchanges go: the kept part starts with a user message and len(tighter.ids) <= len(without_two) - 1
     assert "You are terse." in tok.decode(tighter.ids)
 
 
@@ -122,7 +129,12 @@ def gemma_tokenizer(tokenizer):
 
 
 def test_a_template_without_system_role_gets_the_system_prompt_in_the_first_user_turn(gemma_tokenizer) -> None:
-    messages = [Message("system", "Be kind."), Message("user", "Hi"), Message("assistant", "Hello!"), Message("user", "Bye")]
+    messages = [
+        Message("system", "Be kind."),
+        Message("user", "Hi"),
+        Message("assistant", "Hello!"),
+        Message("user", "Bye"),
+    ]
     encoded = encode(gemma_tokenizer, messages)
     assert encoded.system_folded
     assert gemma_tokenizer.decode(encoded.ids) == (
@@ -146,7 +158,9 @@ def test_the_fold_applies_to_the_first_kept_user_turn(gemma_tokenizer) -> None:
 
 def test_a_template_that_refuses_the_conversation_anyway_is_a_clear_error(gemma_tokenizer) -> None:
     messages = [Message("assistant", "I speak first."), Message("user", "Hi")]
-    with pytest.raises(PromptError, match=r"chat template refused this conversation \(Conversation roles must alternate"):
+    with pytest.raises(
+        PromptError, match=r"chat template refused this conversation \(Conversation roles must alternate"
+    ):
         build_prompt(gemma_tokenizer, messages, budget=10_000)
 
 
@@ -176,7 +190,10 @@ def long_conversation(turns: int) -> list[Message]:
 def _fewest_drops(tok, messages: list[Message], budget: int) -> int:
     """The specification: the fewest oldest non-system turns to drop, keeping from a user message on."""
     for dropped in range(len(messages) - 1):
-        if messages[1 + dropped].role == "user" and len(encode_messages(tok, [messages[0], *messages[1 + dropped:]])) <= budget:
+        if (
+            messages[1 + dropped].role == "user"
+            and len(encode_messages(tok, [messages[0], *messages[1 + dropped :]])) <= budget
+        ):
             return dropped
     raise AssertionError("nothing fits")
 
@@ -187,7 +204,7 @@ def test_the_cut_is_the_fewest_drops(tokenizer, gemma_tokenizer, plain_tokenizer
     for tok in (tokenizer, gemma_tokenizer, plain_tokenizer):
         prompt = build_prompt(tok, messages, budget)
         assert prompt.dropped_messages == _fewest_drops(tok, messages, budget)
-        assert prompt.ids == encode_messages(tok, [messages[0], *messages[1 + prompt.dropped_messages:]])
+        assert prompt.ids == encode_messages(tok, [messages[0], *messages[1 + prompt.dropped_messages :]])
 
 
 def test_prompt_work_does_not_grow_with_the_conversation(tokenizer) -> None:

@@ -42,7 +42,9 @@ def _measured(loaded, paths) -> ReadyModel:
     calibration = Calibration("cpu", "float32", FLAT, predict(FLAT, grid("cpu")), 1.0)
     store = CalibrationStore.of(paths, loaded)
     store.write(calibration)
-    return ReadyModel(loaded, AutoTuning(calibration.reason, calibration, AutoChooser(calibration), store), ConversationPools())
+    return ReadyModel(
+        loaded, AutoTuning(calibration.reason, calibration, AutoChooser(calibration), store), ConversationPools()
+    )
 
 
 def _repetitive(turns: int = 6) -> tuple[Message, ...]:
@@ -64,10 +66,16 @@ def test_an_auto_answer_is_labelled_with_what_ran_and_what_auto_learned_is_kept(
 def test_the_server_saves_what_auto_learned(tiny_loaded, app_paths) -> None:
     """The server's answers go through the same job: Auto's figures are kept as the window's are."""
     ready = _measured(tiny_loaded, app_paths)
-    body = {"model": tiny_loaded.name, "messages": [{"role": "user", "content": _repetitive()[0].content}], "max_tokens": 160,
-            "temperature": 0}
+    body = {
+        "model": tiny_loaded.name,
+        "messages": [{"role": "user", "content": _repetitive()[0].content}],
+        "max_tokens": 160,
+        "temperature": 0,
+    }
     events: list = []
-    answer = ServerAnswer(parse_chat(body, 256), AnswerDefaults("auto", LookaheadSettings(), SamplingSettings()), 256, events.append)
+    answer = ServerAnswer(
+        parse_chat(body, 256), AnswerDefaults("auto", LookaheadSettings(), SamplingSettings()), 256, events.append
+    )
     assert answer.job().run(ready) == "finished"
     assert isinstance(events[0], Started) and events[0].mode == "auto" and isinstance(events[-1], Ended)
     assert events[-1].outcome == "finished" and events[-1].lookahead["mode"].startswith("auto: ")
@@ -78,7 +86,9 @@ def test_the_server_saves_what_auto_learned(tiny_loaded, app_paths) -> None:
 def test_a_conversation_keeps_its_pool_across_answers_and_a_request_without_one_gets_its_own(tiny_ready) -> None:
     lookahead = LookaheadSettings(auto=False, window=3, ngram=3, guesses=3)
     for conversation in (7, 7, None):
-        request = AnswerRequest(_repetitive(2), "lookahead", lookahead, SamplingSettings(max_new_tokens=8), conversation)
+        request = AnswerRequest(
+            _repetitive(2), "lookahead", lookahead, SamplingSettings(max_new_tokens=8), conversation
+        )
         AnswerJob(request, Heard()).steps_job().run(tiny_ready)
     pool = tiny_ready.pools.pool_for(7, 3, 3)
     assert len(pool) > 0 and tiny_ready.pools.pool_for(None, 3, 3) is not pool
@@ -87,7 +97,12 @@ def test_a_conversation_keeps_its_pool_across_answers_and_a_request_without_one_
 def test_a_prompt_that_does_not_fit_is_rejected_before_any_step(tiny_ready) -> None:
     heard = Heard()
     too_long = SamplingSettings(max_new_tokens=tiny_ready.loaded.context_length)  # no room left for the prompt
-    assert AnswerJob(AnswerRequest(_repetitive(), "plain", LookaheadSettings(), too_long), heard).steps_job().run(tiny_ready) == "errored"
+    assert (
+        AnswerJob(AnswerRequest(_repetitive(), "plain", LookaheadSettings(), too_long), heard)
+        .steps_job()
+        .run(tiny_ready)
+        == "errored"
+    )
     (outcome,) = heard.outcomes
     assert heard.starts == [] and outcome.rejected and outcome.finish_reason == "error" and outcome.figures is None
     assert "max new tokens" in outcome.error

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from core.engine.jobs import OOM_ADVICE, NO_MODEL, JobFailure, StepsJob, Throttle, describe_failure, run_steps
+from core.engine.jobs import NO_MODEL, OOM_ADVICE, JobFailure, StepsJob, Throttle, describe_failure, run_steps
 from core.progress import CancelToken
 
 
@@ -88,7 +88,10 @@ def test_any_failure_ends_the_job_with_one_message(where: str, error: Exception)
     assert listener.endings == ["errored"]
     failure = listener.heard[-1][1]
     assert failure.kind == "unexpected" and type(error).__name__ in failure.message
-    assert failure.message.startswith("The answer stopped because of an error") and "choose another model" in failure.message
+    assert (
+        failure.message.startswith("The answer stopped because of an error")
+        and "choose another model" in failure.message
+    )
     assert listener.steps == ([1] if where == "stepping" else [])  # what came before the failure is kept
 
 

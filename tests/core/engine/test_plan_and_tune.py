@@ -18,12 +18,16 @@ def test_plans_per_mode(tiny_loaded, app_paths) -> None:
     unmeasured = AutoTuning("Auto: plain (the measurement was cancelled)")
     assert decoding_plan("plain", best, tiny_loaded, unmeasured).label == "plain"
     assert decoding_plan("auto", best, tiny_loaded, unmeasured).label == "plain"  # not measured yet
-    assert decoding_plan("lookahead", best, tiny_loaded, unmeasured).lookahead == default_lookahead(tiny_loaded.device, tiny_loaded.parameters)
+    assert decoding_plan("lookahead", best, tiny_loaded, unmeasured).lookahead == default_lookahead(
+        tiny_loaded.device, tiny_loaded.parameters
+    )
     assert decoding_plan("lookahead", fixed, tiny_loaded, unmeasured).lookahead == fixed.fixed
     auto = ensure_calibrated(tiny_loaded, app_paths)
     plan = decoding_plan("auto", best, tiny_loaded, auto)
     assert plan.label == "auto" and plan.chooser is auto.chooser
-    tried = [s for s in plan.chooser.settings if s is not None]  # none where this machine's curve makes every setting slower
+    tried = [
+        s for s in plan.chooser.settings if s is not None
+    ]  # none where this machine's curve makes every setting slower
     assert plan.pool_shape == ((max(s.ngram for s in tried), max(s.guesses for s in tried)) if tried else None)
     assert decoding_plan("lookahead", best, tiny_loaded, auto).lookahead == auto.calibration.best_lookahead
     assert decoding_plan("plain", best, tiny_loaded, auto).pool_shape is None

@@ -16,7 +16,9 @@ def test_jacobi_branch_alone_gives_more_than_one_token_per_step(default_loaded) 
     lookahead mask or window shift leaves exactness intact but drops this to about 1."""
     ids = encode_messages(default_loaded.tokenizer, [Message("user", "Count from 1 to 40, separated by commas.")])
     config = LookaheadConfig(5, 4, 5, pool_from_prompt=False, pool_from_output=False)
-    look = Decoding(default_loaded.model, ids, lookahead=config, max_new_tokens=48, eos_token_ids=default_loaded.eos_token_ids)
+    look = Decoding(
+        default_loaded.model, ids, lookahead=config, max_new_tokens=48, eos_token_ids=default_loaded.eos_token_ids
+    )
     plain = Decoding(default_loaded.model, ids, max_new_tokens=48, eos_token_ids=default_loaded.eos_token_ids)
     list(look), list(plain)
     assert look.tokens == plain.tokens
@@ -45,8 +47,12 @@ def test_switching_settings_every_step_keeps_greedy_output_exact(seed: int) -> N
     g = torch.Generator().manual_seed(seed)
     head = torch.randint(3, 96, (16,), generator=g).tolist()
     prompt = head + head
-    reference = model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False, min_new_tokens=40)[0, len(prompt):].tolist()
-    chooser = Alternating([LookaheadConfig(3, 4, 3), None, LookaheadConfig(0, 5, 3), LookaheadConfig(5, 3, 5), LookaheadConfig(0, 2, 1)])
+    reference = model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False, min_new_tokens=40)[
+        0, len(prompt) :
+    ].tolist()
+    chooser = Alternating(
+        [LookaheadConfig(3, 4, 3), None, LookaheadConfig(0, 5, 3), LookaheadConfig(5, 3, 5), LookaheadConfig(0, 2, 1)]
+    )
     decoding = Decoding(model, prompt, chooser=chooser, max_new_tokens=40)
     list(decoding)
     assert decoding.tokens == reference

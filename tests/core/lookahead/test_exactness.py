@@ -22,8 +22,15 @@ CONFIGS = [
 def _tiny(kind: str, seed: int):
     from transformers import MistralConfig, Qwen2Config
 
-    common = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    common = dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
     if kind == "llama":
         config = tiny_llama_config(96)
     elif kind == "mistral":
@@ -45,7 +52,9 @@ def _repetitive_prompt(seed: int, length: int = 40) -> list[int]:
 def test_lookahead_matches_plain_greedy_on_tiny_models(kind: str, seed: int) -> None:
     model = _tiny(kind, seed)
     prompt = _repetitive_prompt(seed)
-    reference = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False, min_new_tokens=48)[0, len(prompt):].tolist()
+    reference = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False, min_new_tokens=48)[
+        0, len(prompt) :
+    ].tolist()
     for config in CONFIGS:
         decoding = Decoding(model, prompt, lookahead=config, max_new_tokens=48)
         list(decoding)
@@ -110,7 +119,7 @@ def test_default_model_real_prompts_match_generate(default_loaded) -> None:
     ]
     for text in prompts:
         ids = encode_messages(tok, [Message("user", text)])
-        reference = model.generate(torch.tensor([ids]), max_new_tokens=128, do_sample=False)[0, len(ids):].tolist()
+        reference = model.generate(torch.tensor([ids]), max_new_tokens=128, do_sample=False)[0, len(ids) :].tolist()
         for config in (LookaheadConfig(7, 5, 7, pool_from_prompt=False), LookaheadConfig(4, 4, 4)):
             decoding = Decoding(model, ids, lookahead=config, max_new_tokens=128, eos_token_ids=[tok.eos_token_id])
             list(decoding)
@@ -135,16 +144,25 @@ def test_custom_generate_entry_point_matches_generate() -> None:
             self.ended = True
 
     streamer = Collect()
-    out = model.generate(prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32, custom_generate=lookahead_generate,
-                         lookahead=LookaheadConfig(window=7, ngram=5, guesses=7, pool_from_prompt=False),
-                         return_dict_in_generate=True, streamer=streamer)
+    out = model.generate(
+        prompt,
+        max_new_tokens=32,
+        do_sample=False,
+        min_new_tokens=32,
+        custom_generate=lookahead_generate,
+        lookahead=LookaheadConfig(window=7, ngram=5, guesses=7, pool_from_prompt=False),
+        return_dict_in_generate=True,
+        streamer=streamer,
+    )
     assert torch.equal(out.sequences, reference)
     assert out.lookahead_stats.new_tokens == 32
     assert out.lookahead_stats.steps <= 32
     assert streamer.ended
     assert streamer.puts[0] == prompt[0].tolist()  # generate's own put of the prompt
-    assert sum(streamer.puts[1:], []) == reference[0, prompt.shape[1]:].tolist()
-    plain_tensor = model.generate(prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32, custom_generate=lookahead_generate)
+    assert sum(streamer.puts[1:], []) == reference[0, prompt.shape[1] :].tolist()
+    plain_tensor = model.generate(
+        prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32, custom_generate=lookahead_generate
+    )
     assert torch.equal(plain_tensor, reference)
 
 
@@ -153,36 +171,59 @@ def test_custom_generate_honours_eos_list_and_stopping_criteria() -> None:
 
     model = make_model(tiny_llama_config(96), seed=2)
     prompt = torch.tensor([_repetitive_prompt(2)])
-    free = model.generate(prompt, max_new_tokens=30, do_sample=False, min_new_tokens=30)[0, prompt.shape[1]:].tolist()
+    free = model.generate(prompt, max_new_tokens=30, do_sample=False, min_new_tokens=30)[0, prompt.shape[1] :].tolist()
     eos_ids = [free[12], free[20]]
     reference = model.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=eos_ids)
-    out = model.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=eos_ids, custom_generate=lookahead_generate)
+    out = model.generate(
+        prompt, max_new_tokens=30, do_sample=False, eos_token_id=eos_ids, custom_generate=lookahead_generate
+    )
     assert torch.equal(out, reference)
 
     class StopAfter(StoppingCriteria):
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
             return torch.tensor([input_ids.shape[1] >= prompt.shape[1] + 9])
 
-    stopped = model.generate(prompt, max_new_tokens=30, do_sample=False, min_new_tokens=30,
-                             stopping_criteria=StoppingCriteriaList([StopAfter()]), custom_generate=lookahead_generate)
+    stopped = model.generate(
+        prompt,
+        max_new_tokens=30,
+        do_sample=False,
+        min_new_tokens=30,
+        stopping_criteria=StoppingCriteriaList([StopAfter()]),
+        custom_generate=lookahead_generate,
+    )
     assert stopped.shape[1] == prompt.shape[1] + 9
-    assert stopped[0, prompt.shape[1]:].tolist() == free[:9]
+    assert stopped[0, prompt.shape[1] :].tolist() == free[:9]
 
 
 def test_repetition_penalty_greedy_matches_generate() -> None:
     model = make_model(tiny_llama_config(96), seed=4)
     prompt = torch.tensor([_repetitive_prompt(4)])
     reference = model.generate(prompt, max_new_tokens=40, do_sample=False, repetition_penalty=1.3, min_new_tokens=40)
-    out = model.generate(prompt, max_new_tokens=40, do_sample=False, repetition_penalty=1.3, min_new_tokens=40,
-                         custom_generate=lookahead_generate, lookahead=LookaheadConfig(5, 4, 5))
+    out = model.generate(
+        prompt,
+        max_new_tokens=40,
+        do_sample=False,
+        repetition_penalty=1.3,
+        min_new_tokens=40,
+        custom_generate=lookahead_generate,
+        lookahead=LookaheadConfig(5, 4, 5),
+    )
     assert torch.equal(out, reference)
 
 
 def _sliding(kind: str, window: int, seed: int):
     from transformers import MistralConfig, Qwen2Config
 
-    common = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, sliding_window=window)
+    common = dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        sliding_window=window,
+    )
     if kind == "mistral":  # every layer slides
         return make_model(MistralConfig(**common), seed=seed)
     return make_model(Qwen2Config(**common, use_sliding_window=True, max_window_layers=1), seed=seed)  # layer 1 only
@@ -202,7 +243,7 @@ def test_lookahead_is_exact_past_a_sliding_attention_window(kind: str, window: i
     with torch.inference_mode():
         for _ in range(48):
             sequence.append(int(model(torch.tensor([sequence]), use_cache=False).logits[0, -1].argmax()))
-    reference = sequence[len(prompt):]
+    reference = sequence[len(prompt) :]
     plain = Decoding(model, prompt, max_new_tokens=48)
     list(plain)
     assert plain.tokens == reference

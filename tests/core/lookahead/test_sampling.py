@@ -49,7 +49,9 @@ def chi_square_p_value(a: Counter, b: Counter) -> float:
     k1, k2 = (nb / na) ** 0.5, (na / nb) ** 0.5
     stat = sum((x * k1 - y * k2) ** 2 / (x + y) for x, y in cells)
     dof = len(cells) - 1
-    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+    return float(
+        torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +95,22 @@ def test_generate_with_do_sample_uses_lookahead_sampling(model) -> None:
 
     def sample(seed: int):
         torch.manual_seed(seed)
-        return model.generate(prompt, do_sample=True, temperature=0.8, top_k=5, max_new_tokens=20, min_new_tokens=20,
-                              custom_generate=lookahead_generate, lookahead=LookaheadConfig(3, 4, 4),
-                              return_dict_in_generate=True)
+        return model.generate(
+            prompt,
+            do_sample=True,
+            temperature=0.8,
+            top_k=5,
+            max_new_tokens=20,
+            min_new_tokens=20,
+            custom_generate=lookahead_generate,
+            lookahead=LookaheadConfig(3, 4, 4),
+            return_dict_in_generate=True,
+        )
 
     out = sample(0)
     assert out.sequences.shape == (1, len(PROMPT) + 20)
     assert out.lookahead_stats.new_tokens == 20
-    assert out.sequences[0, len(PROMPT):].max() < VOCAB
+    assert out.sequences[0, len(PROMPT) :].max() < VOCAB
     assert torch.equal(sample(0).sequences, out.sequences)  # torch.manual_seed governs it, as it does generate
 
 

@@ -26,8 +26,14 @@ def test_generate_stop_strings_match_plain_generate(tiny_loaded) -> None:
     prompt = torch.tensor([ids])
     reference = model.generate(prompt, max_new_tokens=40, do_sample=False, stop_strings=[stop], tokenizer=tok)
     criteria = StoppingCriteriaList([StopStringCriteria(tok, [stop])])
-    out = model.generate(prompt, max_new_tokens=40, do_sample=False, stopping_criteria=criteria,
-                         custom_generate=lookahead_generate, lookahead=LookaheadConfig(5, 5, 5))
+    out = model.generate(
+        prompt,
+        max_new_tokens=40,
+        do_sample=False,
+        stopping_criteria=criteria,
+        custom_generate=lookahead_generate,
+        lookahead=LookaheadConfig(5, 5, 5),
+    )
     assert torch.equal(out, reference)
     assert out.shape[1] < prompt.shape[1] + 40
 

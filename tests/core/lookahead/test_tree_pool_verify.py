@@ -75,7 +75,9 @@ def test_verify_with_no_match_emits_only_the_models_token() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_argmax_takes_the_first_maximum_as_torch_argmax_does(dtype: torch.dtype) -> None:
     nan, inf = float("nan"), float("inf")
-    rows = torch.tensor([[1.0, 3.0, 3.0, 0.0], [nan, 1.0, nan, 2.0], [-inf, -inf, -inf, -inf], [2.0, inf, inf, 1.0]], dtype=dtype)
+    rows = torch.tensor(
+        [[1.0, 3.0, 3.0, 0.0], [nan, 1.0, nan, 2.0], [-inf, -inf, -inf, -inf], [2.0, inf, inf, 1.0]], dtype=dtype
+    )
     assert torch.equal(argmax(rows), rows.argmax(-1))
     ties = torch.randint(0, 4, (64, 49152), generator=torch.Generator().manual_seed(0)).to(dtype)  # the maximum repeats
     assert torch.equal(argmax(ties), ties.argmax(-1)) and torch.equal(argmax(ties[0]), ties[0].argmax())

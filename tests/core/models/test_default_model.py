@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.models import CorruptModelError, LoadOptions, ModelSource, load_model
+from core.models import CorruptModelError
 from core.models.default_model import (
     GGUF_MEMBER,
     GGUF_SHA256,

@@ -5,15 +5,24 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.models.device import FP32_MEMORY_SHARE, DeviceInfo, cpu_auto_dtype, describe_device, resolve_device, resolve_dtype
-from core.runtime.memory import SystemMemory
+from core.models.device import (
+    FP32_MEMORY_SHARE,
+    DeviceInfo,
+    cpu_auto_dtype,
+    describe_device,
+    resolve_device,
+    resolve_dtype,
+)
 from core.models.loader import FOUR_BIT_THRESHOLD, _resolve_quantization
+from core.runtime.memory import SystemMemory
 
 
 def test_cpu_device_and_dtypes() -> None:
     cpu = resolve_device("cpu")
     assert cpu == torch.device("cpu")
-    assert resolve_dtype("auto", cpu) == torch.float32  # then Auto keeps it or moves to bf16, as measured (core.autotune.prepare)
+    assert (
+        resolve_dtype("auto", cpu) == torch.float32
+    )  # then Auto keeps it or moves to bf16, as measured (core.autotune.prepare)
     assert [resolve_dtype(n, cpu) for n in ("fp32", "bf16", "fp16")] == [torch.float32, torch.bfloat16, torch.float16]
     assert describe_device(cpu) == DeviceInfo("cpu", "CPU")
     if not torch.cuda.is_available():

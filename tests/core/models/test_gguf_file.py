@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_gguf import write_metadata_gguf, write_tiny_llama_gguf
 
 from core.models import (
     CorruptModelError,
@@ -23,7 +24,6 @@ from core.models.gguf_file import (
     validate_gguf,
 )
 from core.paths import AppPaths
-from tiny_gguf import write_metadata_gguf, write_tiny_llama_gguf
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,9 @@ def test_supported_architectures_are_causal_lms() -> None:
     assert not {"general", "tokenizer", "t5", "umt5"} & supported
 
 
-def test_gguf_missing_tensors_is_corrupt(tmp_path: Path, isolated_paths: AppPaths, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gguf_missing_tensors_is_corrupt(
+    tmp_path: Path, isolated_paths: AppPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A well-formed GGUF that lacks a layer's tensors must not become a partly random model."""
     import gguf
 

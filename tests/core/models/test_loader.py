@@ -170,7 +170,9 @@ def test_encoder_models_are_refused(name: str, tmp_path: Path, app_paths: AppPat
 
 def test_folder_without_tokenizer(tiny_model_folder: Path, tmp_path: Path, app_paths: AppPaths) -> None:
     keep = {"config.json", "generation_config.json", "model.safetensors"}
-    folder = _copy(tiny_model_folder, tmp_path / "m", skip=tuple(f.name for f in tiny_model_folder.iterdir() if f.name not in keep))
+    folder = _copy(
+        tiny_model_folder, tmp_path / "m", skip=tuple(f.name for f in tiny_model_folder.iterdir() if f.name not in keep)
+    )
     with pytest.raises(TokenizerMissingError, match="no usable tokenizer") as err:
         _load(folder, app_paths)
     assert "tokenizer.json" in err.value.todo
@@ -223,13 +225,14 @@ def test_cpu_quantization_uses_torch_kernels_without_bitsandbytes(
     assert loaded.model(torch.tensor([[1, 2, 3]])).logits.dtype == torch.bfloat16
 
 
-def test_cpu_int8_of_a_model_too_big_for_fp32_is_quantized_from_bf16(tiny_model_folder: Path, app_paths: AppPaths,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_int8_of_a_model_too_big_for_fp32_is_quantized_from_bf16(
+    tiny_model_folder: Path, app_paths: AppPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from transformers import AutoModelForCausalLM
 
     from core.models import loader
-    from core.runtime.weights.quantized import Int8WeightLinear
     from core.runtime.memory import SystemMemory
+    from core.runtime.weights.quantized import Int8WeightLinear
 
     def expected(source: torch.dtype) -> torch.Tensor:
         linear = AutoModelForCausalLM.from_pretrained(tiny_model_folder, dtype=source).model.layers[0].mlp.up_proj

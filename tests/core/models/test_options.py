@@ -17,7 +17,9 @@ def test_source_from_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert source_from_spec("models/x.gguf") == ModelSource("gguf", "models/x.gguf")
     assert source_from_spec("X.GGUF").kind == "gguf"
     assert source_from_spec("~/m.gguf") == ModelSource("gguf", str(Path.home() / "m.gguf"))
-    assert source_from_spec("HuggingFaceTB/SmolLM2-135M-Instruct") == ModelSource("hub", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    assert source_from_spec("HuggingFaceTB/SmolLM2-135M-Instruct") == ModelSource(
+        "hub", "HuggingFaceTB/SmolLM2-135M-Instruct"
+    )
     assert source_from_spec("org/name") == ModelSource("folder", "org/name")
     assert source_from_spec("local-model") == ModelSource("folder", "local-model")
     assert source_from_spec("./a/b") == ModelSource("folder", "a/b")
@@ -45,7 +47,10 @@ def test_source_validation_and_names() -> None:
         ({"device": "tpu"}, "Invalid device 'tpu'; use one of auto, cuda, cpu."),
         ({"dtype": "int8"}, "Invalid dtype 'int8'"),
         ({"quantization": "3bit"}, "Invalid quantization '3bit'"),
-        ({"attn_implementation": "flash_attention_2"}, "Invalid attention 'flash_attention_2'; use one of sdpa, eager."),
+        (
+            {"attn_implementation": "flash_attention_2"},
+            "Invalid attention 'flash_attention_2'; use one of sdpa, eager.",
+        ),
     ],
 )
 def test_load_options_validation(kwargs: dict, message: str) -> None:

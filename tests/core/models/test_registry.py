@@ -52,7 +52,10 @@ def test_add_remove_known_and_persisted(tmp_path: Path) -> None:
     again.remove(gguf)
     again.remove(ModelSource("hub", "never/added"))  # removing an unknown model is harmless
     assert ModelRegistry(paths).sources() == [ModelSource("folder", str(folder)), hub]
-    assert json.loads((paths.data_dir / REGISTRY_FILE).read_text())[1] == {"kind": "hub", "location": "owner/some-model"}
+    assert json.loads((paths.data_dir / REGISTRY_FILE).read_text())[1] == {
+        "kind": "hub",
+        "location": "owner/some-model",
+    }
 
 
 def test_damaged_registry_is_ignored(tmp_path: Path) -> None:

@@ -29,8 +29,10 @@ def _layer_calls(model, decode) -> int:
     """How many times the first decoder layer's eager MLP module ran during ``decode()``; the eager LM
     head must have run as often (the compiled step computes its own)."""
     calls: list[str] = []
-    hooks = [module.register_forward_hook(lambda *args, name=name: calls.append(name))
-             for name, module in (("layer", model.model.layers[0].mlp), ("head", model.lm_head))]
+    hooks = [
+        module.register_forward_hook(lambda *args, name=name: calls.append(name))
+        for name, module in (("layer", model.model.layers[0].mlp), ("head", model.lm_head))
+    ]
     try:
         decode()
     finally:
@@ -62,8 +64,9 @@ def test_fp32_compiled_plain_and_lookahead_equal_eager_and_generate(compiled_fp3
         list(lookahead)
         assert lookahead.tokens == plain.tokens, config.label
     with torch.inference_mode():
-        generated = model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=None,
-                                   pad_token_id=0)[0, len(prompt):].tolist()
+        generated = model.generate(
+            torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=None, pad_token_id=0
+        )[0, len(prompt) :].tolist()
     assert generated == plain.tokens
 
 
@@ -100,7 +103,7 @@ def test_bf16_compiled_step_runs_on_the_rows_copy_and_agrees_with_eager() -> Non
     assert logits.shape == eager.shape == (1, model.config.vocab_size)  # the whole head, from the last layer's call
     assert torch.allclose(logits.float(), eager.float(), atol=0.05, rtol=0.02)
     decoding = Decoding(prepared, prompt, max_new_tokens=12)
-    assert _layer_calls(model, lambda: list(decoding)) == 1 and len(decoding.tokens) == 12
+    assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == 1 and len(decoding.tokens) == 12
 
 
 def test_models_it_cannot_run_keep_the_eager_step() -> None:
@@ -123,7 +126,7 @@ def test_quantized_weights_compile_and_decode_as_their_eager_step(bits: int) -> 
     prepared = compiled(model)
     for prompt, expected in zip(prompts, eager):
         decoding = Decoding(prepared, prompt, max_new_tokens=24)
-        assert _layer_calls(model, lambda: list(decoding)) == 1
+        assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == 1
         assert decoding.tokens == expected.tokens
 
 
@@ -138,7 +141,7 @@ def test_models_loaded_one_after_another_each_run_their_own_compiled_step() -> N
     prepared = [compiled(model) for model in models]
     for model in prepared:
         decoding = Decoding(model, _prompt(1), max_new_tokens=12)
-        assert _layer_calls(model.model, lambda: list(decoding)) == 1
+        assert _layer_calls(model.model, lambda decoding=decoding: list(decoding)) == 1
         expected = Decoding(model.model, _prompt(1), max_new_tokens=12)  # eager
         list(expected)
         assert decoding.tokens == expected.tokens
@@ -173,14 +176,20 @@ def test_without_a_compiler_a_fresh_process_measures_on_with_the_eager_step(tmp_
         "from core.autotune.prepare import fastest_step\n"
         "print('compiled:', fastest_step(make_model(tiny_llama_config(96), seed=1)).compiled)\n"
     )
-    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    env = {
+        **os.environ,
+        "CXX": str(tmp_path / "no-such-compiler"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+    }
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("compiled: None"), done.stdout
     assert "stays eager: compiling it failed: No working C++ compiler" in done.stderr
 
 
-@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="needs an x86 processor with AVX2")
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="needs an x86 processor with AVX2"
+)
 def test_with_avx2_the_products_read_the_model_dtype_and_int8_takes_torchs_kernel(tmp_path) -> None:
     """The form the compiled step takes on processors without AVX-512 (emulated: ATEN_CPU_CAPABILITY=avx2)
     decodes as the eager step does, for float and int8 weights."""
@@ -201,7 +210,7 @@ def test_with_avx2_the_products_read_the_model_dtype_and_int8_takes_torchs_kerne
         "    spec = prepared.compiled.spec\n"
         "    assert 'avx2' in spec.machine and not spec.fp32_products, spec\n"
         "    decoding = Decoding(prepared, _prompt(0), max_new_tokens=24)\n"
-        "    assert _layer_calls(model, lambda: list(decoding)) == 1\n"
+        "    assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == 1\n"
         "    assert decoding.tokens == eager.tokens, (bits, decoding.tokens, eager.tokens)\n"
         "print('ok')\n"
     )
@@ -233,4 +242,4 @@ def test_a_damaged_package_is_compiled_again(tmp_path, monkeypatch) -> None:
     prepared = compiled(model)
     assert packages[0].stat().st_size > 1000
     decoding = Decoding(prepared, _prompt(5), max_new_tokens=10)
-    assert _layer_calls(model, lambda: list(decoding)) == 1
+    assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == 1

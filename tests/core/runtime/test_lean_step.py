@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from core.lookahead import Decoding, LookaheadConfig
-from core.runtime.kv_cache import StaticKVCache
 from core.runtime.architecture import supports_llama_step
+from core.runtime.kv_cache import StaticKVCache
 from core.runtime.lean_step import LlamaStep
 from core.runtime.prepared import PreparedModel
 from core.runtime.step import TransformersStep
@@ -17,8 +17,15 @@ from tests.conftest import make_model, tiny_llama_config
 def _tiny(kind: str, seed: int = 0, **extra):
     from transformers import GemmaConfig, MistralConfig, Qwen2Config
 
-    common = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    common = dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
     config = {
         "llama": lambda: tiny_llama_config(96, **extra),
         "mistral": lambda: MistralConfig(**common, sliding_window=extra.get("sliding_window")),
@@ -106,7 +113,9 @@ def test_decoding_on_the_lean_step_equals_generate(seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     half = torch.randint(3, 96, (12,), generator=g).tolist()
     prompt = half + half
-    reference = model.generate(torch.tensor([prompt]), max_new_tokens=60, do_sample=False, min_new_tokens=60)[0, len(prompt):].tolist()
+    reference = model.generate(torch.tensor([prompt]), max_new_tokens=60, do_sample=False, min_new_tokens=60)[
+        0, len(prompt) :
+    ].tolist()
     for config in (None, LookaheadConfig(5, 4, 5), LookaheadConfig(0, 3, 2)):
         decoding = Decoding(model, prompt, lookahead=config, max_new_tokens=60)
         assert decoding.tokens == [] and list(decoding)
@@ -121,7 +130,9 @@ def test_the_cache_grows_keeping_its_entries_and_is_allocated_in_the_layer_dtype
     cache.reserve(5)
     keys, _ = cache.write(0, torch.ones(1, 2, 3, 4, dtype=torch.bfloat16), torch.ones(1, 2, 3, 4, dtype=torch.bfloat16))
     assert cache.capacity >= 5 and keys.dtype == torch.bfloat16
-    assert torch.equal(keys[:, :, :2], first) and torch.equal(keys[:, :, 2:], torch.ones(1, 2, 3, 4, dtype=torch.bfloat16))
+    assert torch.equal(keys[:, :, :2], first) and torch.equal(
+        keys[:, :, 2:], torch.ones(1, 2, 3, 4, dtype=torch.bfloat16)
+    )
     cache.advance(3)
     cache.keep(1, 4, [3])  # keep slot 1 and slot 4, moved next to it
     assert cache.length == 3 and torch.equal(cache.keys[0][2], torch.ones(2, 4, dtype=torch.bfloat16))

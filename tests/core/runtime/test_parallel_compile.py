@@ -34,7 +34,7 @@ def test_children_compile_the_packages_that_the_models_then_load(tmp_path, monke
         eager = Decoding(model, _prompt(3), max_new_tokens=12)
         list(eager)
         decoding = Decoding(compiled(model), _prompt(3), max_new_tokens=12)
-        assert _layer_calls(model, lambda: list(decoding)) == 1  # the compiled step ran
+        assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == 1  # the compiled step ran
         assert decoding.tokens == eager.tokens
     assert [path.stat().st_mtime_ns for path in paths] == stamps  # loaded, not compiled again
     assert not list((tmp_path / "inductor" / "lookahead-steps").glob("*partial*"))

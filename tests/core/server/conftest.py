@@ -19,8 +19,9 @@ from core.server.service import LocalServer
 from core.settings import LookaheadSettings, SamplingSettings
 from tests.conftest import unmeasured
 
-TINY_DEFAULTS = AnswerDefaults("lookahead", LookaheadSettings(auto=False, window=4, ngram=3, guesses=4),
-                               SamplingSettings(max_new_tokens=24))
+TINY_DEFAULTS = AnswerDefaults(
+    "lookahead", LookaheadSettings(auto=False, window=4, ngram=3, guesses=4), SamplingSettings(max_new_tokens=24)
+)
 
 
 class Served:
@@ -57,7 +58,9 @@ def server_paths(tmp_path_factory: pytest.TempPathFactory, real_paths: AppPaths)
 @pytest.fixture(scope="module")
 def server_ready(tiny_model_folder: Path, server_paths: AppPaths) -> ReadyModel:
     """The tiny model, Auto not measured (it decodes plain), shared by a module's tests."""
-    loaded = load_model(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu", dtype="fp32"), server_paths)
+    loaded = load_model(
+        ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu", dtype="fp32"), server_paths
+    )
     return unmeasured(loaded)
 
 

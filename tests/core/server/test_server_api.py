@@ -8,9 +8,9 @@ import time
 import openai
 import pytest
 
+from core.autotune.prepare import AutoTuning
 from core.chat.answer import Answer
 from core.chat.prompt import Message
-from core.autotune.prepare import AutoTuning
 from core.engine.plan import decoding_plan
 from tests.core.server.conftest import TINY_DEFAULTS
 
@@ -25,8 +25,13 @@ def direct_answer(loaded, messages, max_new_tokens: int = 24) -> str:
     """The same request run straight through core.chat.answer (what the window runs)."""
     plan = decoding_plan(TINY_DEFAULTS.mode, TINY_DEFAULTS.lookahead, loaded, AutoTuning("Auto: plain"))
     sampling = TINY_DEFAULTS.sampling
-    answer = Answer(loaded, [Message(m["role"], m["content"]) for m in messages] if isinstance(messages, list) else messages,
-                    lookahead=plan.lookahead, max_new_tokens=max_new_tokens, sampling=sampling)
+    answer = Answer(
+        loaded,
+        [Message(m["role"], m["content"]) for m in messages] if isinstance(messages, list) else messages,
+        lookahead=plan.lookahead,
+        max_new_tokens=max_new_tokens,
+        sampling=sampling,
+    )
     for _ in answer:
         pass
     return answer.text
@@ -39,7 +44,9 @@ def test_models_lists_the_loaded_model(serve, tiny_runner):
 
 def test_chat_completion_equals_the_direct_answer_with_usage_and_lookahead_figures(serve, tiny_runner, server_ready):
     served = serve()
-    raw = client(served).chat.completions.with_raw_response.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0)
+    raw = client(served).chat.completions.with_raw_response.create(
+        model=tiny_runner.model_name, messages=MESSAGES, temperature=0
+    )
     completion = raw.parse()
     text = completion.choices[0].message.content
     assert text == direct_answer(server_ready.loaded, MESSAGES)
@@ -54,8 +61,15 @@ def test_chat_completion_equals_the_direct_answer_with_usage_and_lookahead_figur
 def test_streamed_chat_equals_the_whole_one_and_ends_with_usage(serve, tiny_runner):
     api = client(serve())
     whole = api.chat.completions.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0)
-    chunks = list(api.chat.completions.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0, stream=True,
-                                              stream_options={"include_usage": True}))
+    chunks = list(
+        api.chat.completions.create(
+            model=tiny_runner.model_name,
+            messages=MESSAGES,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
@@ -69,8 +83,13 @@ def test_plain_and_lookahead_modes_give_the_same_greedy_text(serve, tiny_runner)
     api = client(serve())
     answers = {}
     for mode in ("plain", "lookahead"):
-        completion = api.chat.completions.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0,
-                                                 max_tokens=40, extra_body={"lookahead_mode": mode})
+        completion = api.chat.completions.create(
+            model=tiny_runner.model_name,
+            messages=MESSAGES,
+            temperature=0,
+            max_tokens=40,
+            extra_body={"lookahead_mode": mode},
+        )
         answers[mode] = (completion.choices[0].message.content, completion.model_extra["lookahead"]["mode"])
     assert answers["plain"][0] == answers["lookahead"][0]
     assert answers["plain"][1] == "plain" and answers["lookahead"][1].startswith("lookahead")
@@ -82,31 +101,51 @@ def test_text_completion_streamed_and_not(serve, tiny_runner, server_ready):
     whole = api.completions.create(model=tiny_runner.model_name, prompt=prompt, max_tokens=12, temperature=0)
     assert whole.choices[0].text == direct_answer(server_ready.loaded, prompt, 12)
     assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 12
-    streamed = "".join(c.choices[0].text for c in api.completions.create(
-        model=tiny_runner.model_name, prompt=prompt, max_tokens=12, temperature=0, stream=True))
+    streamed = "".join(
+        c.choices[0].text
+        for c in api.completions.create(
+            model=tiny_runner.model_name, prompt=prompt, max_tokens=12, temperature=0, stream=True
+        )
+    )
     assert streamed == whole.choices[0].text
 
 
 def test_seeded_sampling_repeats_and_stop_strings_cut(serve, tiny_runner):
     api = client(serve())
-    runs = [api.chat.completions.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=1.0, top_p=0.9,
-                                        seed=7, max_tokens=16).choices[0].message.content for _ in range(2)]
+    runs = [
+        api.chat.completions.create(
+            model=tiny_runner.model_name, messages=MESSAGES, temperature=1.0, top_p=0.9, seed=7, max_tokens=16
+        )
+        .choices[0]
+        .message.content
+        for _ in range(2)
+    ]
     assert runs[0] == runs[1]
-    full = api.chat.completions.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0).choices[0].message.content
-    stop = full[len(full) // 2:len(full) // 2 + 2]
+    full = (
+        api.chat.completions.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0)
+        .choices[0]
+        .message.content
+    )
+    stop = full[len(full) // 2 : len(full) // 2 + 2]
     cut = api.chat.completions.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0, stop=[stop])
-    assert cut.choices[0].message.content == full[:full.index(stop)]
+    assert cut.choices[0].message.content == full[: full.index(stop)]
     assert cut.choices[0].finish_reason == "stop"
 
 
 def test_concurrent_clients_all_complete_with_their_own_answers(serve, tiny_runner, server_ready):
     served = serve()
-    expected = {n: direct_answer(server_ready.loaded, [{"role": "user", "content": f"Count to {n}."}]) for n in range(6)}
+    expected = {
+        n: direct_answer(server_ready.loaded, [{"role": "user", "content": f"Count to {n}."}]) for n in range(6)
+    }
     results: dict[int, str] = {}
 
     def ask(n: int) -> None:
-        stream = client(served).chat.completions.create(model=tiny_runner.model_name, temperature=0, stream=True,
-                                                        messages=[{"role": "user", "content": f"Count to {n}."}])
+        stream = client(served).chat.completions.create(
+            model=tiny_runner.model_name,
+            temperature=0,
+            stream=True,
+            messages=[{"role": "user", "content": f"Count to {n}."}],
+        )
         results[n] = "".join(c.choices[0].delta.content or "" for c in stream)
 
     threads = [threading.Thread(target=ask, args=(n,)) for n in range(6)]
@@ -121,8 +160,14 @@ def test_concurrent_clients_all_complete_with_their_own_answers(serve, tiny_runn
 def test_a_client_that_disconnects_mid_stream_cancels_its_answer_within_a_step(serve, tiny_runner, server_ready):
     served = serve(max_tokens=900)
     aborted = tiny_runner.endings["aborted"]
-    stream = client(served).chat.completions.create(model=tiny_runner.model_name, messages=MESSAGES, temperature=0,
-                                                    max_tokens=900, stream=True, extra_body={"lookahead_mode": "plain"})
+    stream = client(served).chat.completions.create(
+        model=tiny_runner.model_name,
+        messages=MESSAGES,
+        temperature=0,
+        max_tokens=900,
+        stream=True,
+        extra_body={"lookahead_mode": "plain"},
+    )
     next(iter(stream))
     next(iter(stream))
     closed = time.monotonic()

@@ -21,8 +21,12 @@ def post(served, path: str, body: bytes | str | dict, headers: dict[str, str] | 
     connection = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
     data = json.dumps(body).encode() if isinstance(body, dict) else body.encode() if isinstance(body, str) else body
     try:
-        connection.request("POST" if body is not None else "GET", path, body=data,
-                           headers={"Content-Type": "application/json", **(headers or {})})
+        connection.request(
+            "POST" if body is not None else "GET",
+            path,
+            body=data,
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
         response = connection.getresponse()
         if response.getheader("Content-Type", "").startswith("text/event-stream"):
             return response.status, {"events": response.read().decode()}
@@ -40,39 +44,46 @@ def assert_error(status: int, body: dict, expected: int) -> None:
     assert set(body["error"]) >= {"message", "type", "param", "code"} and body["error"]["message"]
 
 
-@pytest.mark.parametrize(("body", "status", "param"), [
-    ("{not json", 400, None),
-    ("[1, 2]", 400, None),
-    ("\"text\"", 400, None),
-    ("{\"a\": NaN}", 400, None),
-    ("[" * 100_000, 400, None),
-    (b"\xff\xfe", 400, None),
-    ({"messages": [{"role": "user", "content": "Hi"}]}, 400, "model"),
-    ({"model": "MODEL"}, 400, "messages"),
-    ({"model": "MODEL", "messages": []}, 400, "messages"),
-    ({"model": "MODEL", "messages": ["hi"]}, 400, "messages[0]"),
-    ({"model": "MODEL", "messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].role"),
-    ({"model": "MODEL", "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
-    ({"model": "MODEL", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages[0].content"),
-    (chat("MODEL", temperature=-1), 400, "temperature"),
-    (chat("MODEL", temperature="hot"), 400, "temperature"),
-    (chat("MODEL", temperature=True), 400, "temperature"),
-    (chat("MODEL", top_p=0), 400, "top_p"),
-    (chat("MODEL", max_tokens=0), 400, "max_tokens"),
-    (chat("MODEL", max_tokens=100_000), 400, "max_tokens"),
-    (chat("MODEL", max_tokens=2.5), 400, "max_tokens"),
-    (chat("MODEL", stop=["a", "b", "c", "d", "e"]), 400, "stop"),
-    (chat("MODEL", stop=5), 400, "stop"),
-    (chat("MODEL", seed=-3), 400, "seed"),
-    (chat("MODEL", n=2), 400, "n"),
-    (chat("MODEL", stream="yes"), 400, "stream"),
-    (chat("MODEL", stream=True, stream_options={"include_usage": 1}), 400, "stream_options"),
-    (chat("MODEL", tools=[{"type": "function"}]), 400, "tools"),
-    (chat("MODEL", logprobs=True), 400, "logprobs"),
-    (chat("MODEL", presence_penalty=1.0), 400, "presence_penalty"),
-    (chat("MODEL", lookahead_mode="fast"), 400, "lookahead_mode"),
-    (chat("no-such-model"), 404, "model"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ("{not json", 400, None),
+        ("[1, 2]", 400, None),
+        ('"text"', 400, None),
+        ('{"a": NaN}', 400, None),
+        ("[" * 100_000, 400, None),
+        (b"\xff\xfe", 400, None),
+        ({"messages": [{"role": "user", "content": "Hi"}]}, 400, "model"),
+        ({"model": "MODEL"}, 400, "messages"),
+        ({"model": "MODEL", "messages": []}, 400, "messages"),
+        ({"model": "MODEL", "messages": ["hi"]}, 400, "messages[0]"),
+        ({"model": "MODEL", "messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].role"),
+        ({"model": "MODEL", "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
+        (
+            {"model": "MODEL", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            400,
+            "messages[0].content",
+        ),
+        (chat("MODEL", temperature=-1), 400, "temperature"),
+        (chat("MODEL", temperature="hot"), 400, "temperature"),
+        (chat("MODEL", temperature=True), 400, "temperature"),
+        (chat("MODEL", top_p=0), 400, "top_p"),
+        (chat("MODEL", max_tokens=0), 400, "max_tokens"),
+        (chat("MODEL", max_tokens=100_000), 400, "max_tokens"),
+        (chat("MODEL", max_tokens=2.5), 400, "max_tokens"),
+        (chat("MODEL", stop=["a", "b", "c", "d", "e"]), 400, "stop"),
+        (chat("MODEL", stop=5), 400, "stop"),
+        (chat("MODEL", seed=-3), 400, "seed"),
+        (chat("MODEL", n=2), 400, "n"),
+        (chat("MODEL", stream="yes"), 400, "stream"),
+        (chat("MODEL", stream=True, stream_options={"include_usage": 1}), 400, "stream_options"),
+        (chat("MODEL", tools=[{"type": "function"}]), 400, "tools"),
+        (chat("MODEL", logprobs=True), 400, "logprobs"),
+        (chat("MODEL", presence_penalty=1.0), 400, "presence_penalty"),
+        (chat("MODEL", lookahead_mode="fast"), 400, "lookahead_mode"),
+        (chat("no-such-model"), 404, "model"),
+    ],
+)
 def test_each_bad_chat_request_gets_its_error_object(serve, tiny_runner, body, status, param):
     served = serve()
     if isinstance(body, dict):
@@ -82,13 +93,16 @@ def test_each_bad_chat_request_gets_its_error_object(serve, tiny_runner, body, s
     assert answer["error"]["param"] == param
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    ({"prompt": ""}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"),
-    ({"prompt": [1, 2, 3]}, "prompt"),
-    ({"prompt": "x", "echo": True}, "echo"),
-    ({"prompt": "x", "best_of": 3}, "best_of"),
-])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"prompt": [1, 2, 3]}, "prompt"),
+        ({"prompt": "x", "echo": True}, "echo"),
+        ({"prompt": "x", "best_of": 3}, "best_of"),
+    ],
+)
 def test_bad_text_completion_requests(serve, tiny_runner, body, param):
     got, answer = post(serve(), "/v1/completions", {"model": tiny_runner.model_name, **body})
     assert_error(got, answer, 400)
@@ -98,16 +112,23 @@ def test_bad_text_completion_requests(serve, tiny_runner, body, param):
 def test_over_long_prompts_and_bodies_are_refused(serve, tiny_runner):
     served = serve(max_body_bytes=200_000)
     long_text = "word " * 5000  # more tokens than the tiny model's 1024-token context
-    got, answer = post(served, CHAT, {"model": tiny_runner.model_name, "messages": [{"role": "user", "content": long_text}]})
+    got, answer = post(
+        served, CHAT, {"model": tiny_runner.model_name, "messages": [{"role": "user", "content": long_text}]}
+    )
     assert_error(got, answer, 400)
     assert answer["error"]["code"] == "context_length_exceeded"
-    got, answer = post(served, "/v1/completions", {"model": tiny_runner.model_name, "prompt": long_text, "stream": True})
+    got, answer = post(
+        served, "/v1/completions", {"model": tiny_runner.model_name, "prompt": long_text, "stream": True}
+    )
     assert_error(got, answer, 400)
-    got, answer = post(served, CHAT, {"model": tiny_runner.model_name, "messages": [{"role": "user", "content": "x" * 300_000}]})
+    got, answer = post(
+        served, CHAT, {"model": tiny_runner.model_name, "messages": [{"role": "user", "content": "x" * 300_000}]}
+    )
     assert_error(got, answer, 413)
     with pytest.raises(openai.BadRequestError) as raised:
         openai.OpenAI(base_url=served.base_url, api_key="none", max_retries=0).chat.completions.create(
-            model=tiny_runner.model_name, messages=[{"role": "user", "content": long_text}])
+            model=tiny_runner.model_name, messages=[{"role": "user", "content": long_text}]
+        )
     assert raised.value.code == "context_length_exceeded"
 
 
@@ -125,8 +146,12 @@ def test_the_api_key_is_required_when_set(serve, tiny_runner):
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=served.base_url, api_key="wrong", max_retries=0).models.list()
     api = openai.OpenAI(base_url=served.base_url, api_key="s3cret", max_retries=0)
-    assert api.chat.completions.create(model=tiny_runner.model_name, messages=[{"role": "user", "content": "Hi"}],
-                                       max_tokens=4).usage.completion_tokens == 4
+    assert (
+        api.chat.completions.create(
+            model=tiny_runner.model_name, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        ).usage.completion_tokens
+        == 4
+    )
 
 
 JSON = st.recursive(
@@ -134,17 +159,46 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = ["model", "messages", "prompt", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed",
-          "stream", "stream_options", "n", "lookahead_mode", "logprobs", "tools", "presence_penalty", "response_format"]
+FIELDS = [
+    "model",
+    "messages",
+    "prompt",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "stream",
+    "stream_options",
+    "n",
+    "lookahead_mode",
+    "logprobs",
+    "tools",
+    "presence_penalty",
+    "response_format",
+]
 
 
 GOOD = {
-    "temperature": st.floats(0, 2), "top_p": st.floats(0.01, 1), "max_tokens": st.integers(1, 8),
-    "max_completion_tokens": st.integers(1, 8), "stop": st.lists(st.text(min_size=1, max_size=3), max_size=4),
-    "seed": st.integers(0, 1000), "stream": st.booleans(), "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
-    "n": st.just(1), "lookahead_mode": st.sampled_from(["auto", "plain", "lookahead"]), "presence_penalty": st.just(0),
-    "messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]),
-                                                "content": st.text(max_size=30)}), min_size=1, max_size=3),
+    "temperature": st.floats(0, 2),
+    "top_p": st.floats(0.01, 1),
+    "max_tokens": st.integers(1, 8),
+    "max_completion_tokens": st.integers(1, 8),
+    "stop": st.lists(st.text(min_size=1, max_size=3), max_size=4),
+    "seed": st.integers(0, 1000),
+    "stream": st.booleans(),
+    "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
+    "n": st.just(1),
+    "lookahead_mode": st.sampled_from(["auto", "plain", "lookahead"]),
+    "presence_penalty": st.just(0),
+    "messages": st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=30)}
+        ),
+        min_size=1,
+        max_size=3,
+    ),
     "prompt": st.text(min_size=1, max_size=30),
 }
 
@@ -165,7 +219,9 @@ def bodies(draw, model: str):
     return body
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(data=st.data())
 def test_no_request_body_stops_the_server_or_the_model_thread(serve_once, tiny_runner, data):
     served = serve_once
@@ -184,8 +240,8 @@ STATUSES: Counter[int] = Counter()
 
 @pytest.fixture(scope="module")
 def serve_once(tiny_runner):
-    from tests.core.server.conftest import TINY_DEFAULTS, Served
     from core.server.config import ServerConfig
+    from tests.core.server.conftest import TINY_DEFAULTS, Served
 
     served = Served(tiny_runner, ServerConfig(port=0, max_tokens=8), TINY_DEFAULTS)
     yield served

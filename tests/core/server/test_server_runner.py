@@ -44,6 +44,7 @@ def test_jobs_run_in_order_a_cancelled_one_is_skipped_and_a_failing_one_does_not
             if fail:
                 raise ValueError("bad request")
             return iter(range(3))
+
         return build
 
     names = ["first", "failing", "cancelled", "last"]
@@ -56,6 +57,13 @@ def test_jobs_run_in_order_a_cancelled_one_is_skipped_and_a_failing_one_does_not
     gate.set()
     assert recorders["last"].done.wait(30)
     assert built == ["first", "failing", "last"]
-    assert log == ["first:3", "first finished", "failing errored: bad request", "cancelled aborted", "last:3", "last finished"]
+    assert log == [
+        "first:3",
+        "first finished",
+        "failing errored: bad request",
+        "cancelled aborted",
+        "last:3",
+        "last finished",
+    ]
     assert tiny_runner.endings - before == {"finished": 2, "errored": 1, "aborted": 1}
     assert tiny_runner.pending == 0

@@ -4,18 +4,23 @@ conversions that still work, decoding that stays exact."""
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from core.lookahead import Decoding, LookaheadConfig
-from core.runtime.weights.packed import (PACKED, PACKED_ROWS, PLAIN, PackedLinear, apply_layout, layout_of, packing_available,
-                                         rows_copy_allowed, rows_copy_fits)
+from core.runtime.weights.packed import (
+    PACKED,
+    PACKED_ROWS,
+    PLAIN,
+    PackedLinear,
+    apply_layout,
+    layout_of,
+    packing_available,
+    rows_copy_allowed,
+    rows_copy_fits,
+)
 from tests.conftest import make_model, tiny_llama_config
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN")
@@ -134,6 +139,7 @@ def test_greedy_lookahead_on_packed_weights_equals_plain_and_generate(seed: int)
         assert lookahead.tokens == plain.tokens, config.label
         assert steps < 24  # multi-token steps were accepted: the packed products ran at several widths
     with torch.inference_mode():
-        generated = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False, eos_token_id=None,
-                                   pad_token_id=0)[0, len(prompt):].tolist()
+        generated = model.generate(
+            torch.tensor([prompt]), max_new_tokens=48, do_sample=False, eos_token_id=None, pad_token_id=0
+        )[0, len(prompt) :].tolist()
     assert generated == plain.tokens

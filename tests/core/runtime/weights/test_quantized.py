@@ -68,7 +68,9 @@ def test_bf16_activations_follow_the_model_dtype() -> None:
 
 
 def test_int4_leaves_a_layer_it_cannot_group_in_float() -> None:
-    model = make_model(tiny_llama_config(256, hidden_size=48, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2))
+    model = make_model(
+        tiny_llama_config(256, hidden_size=48, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2)
+    )
     assert quantize_model(model, 4) == 2 * 1  # only down_proj (input 96) groups by 32
     assert isinstance(model.model.layers[0].mlp.down_proj, Int4WeightLinear)
     assert isinstance(model.model.layers[0].self_attn.q_proj, nn.Linear)

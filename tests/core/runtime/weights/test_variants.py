@@ -18,7 +18,9 @@ def _snapshot(model) -> dict[str, tuple[int, torch.dtype, torch.Tensor]]:
 def _unchanged(model, before) -> bool:
     after = model.state_dict()
     return after.keys() == before.keys() and all(
-        t.data_ptr() == ptr and t.dtype == dtype and torch.equal(t, value) for (ptr, dtype, value), t in zip(before.values(), after.values()))
+        t.data_ptr() == ptr and t.dtype == dtype and torch.equal(t, value)
+        for (ptr, dtype, value), t in zip(before.values(), after.values())
+    )
 
 
 def test_a_copy_shares_the_weights_until_it_converts_them() -> None:
@@ -56,5 +58,6 @@ def test_variant_bytes_are_the_bytes_of_the_copies_weights() -> None:
         assert variant_bytes(model, "bf16") == sum(p.numel() * p.element_size() for p in bf16.parameters())
         int8_layers = [m for m in int8.modules() if isinstance(m, Int8WeightLinear)]
         weights = sum(p.numel() * p.element_size() for p in int8.parameters()) + sum(
-            m.qweight.numel() + m.scales.numel() * m.scales.element_size() for m in int8_layers)
+            m.qweight.numel() + m.scales.numel() * m.scales.element_size() for m in int8_layers
+        )
         assert variant_bytes(model, "int8") == weights
