@@ -101,7 +101,7 @@ def drop_pattern(variant: str, cuda_version: str | None = None, *, torch_headers
         cuda_version: torch's CUDA version (``torch.version.cuda``, e.g. ``"12.8"``) for ``cuda``.
         torch_headers: keep torch's C++ headers (62 MB, about 10 compressed): with them and a C++
             compiler on the user's machine, the app compiles its 1-token CPU step
-            (``core/lookahead/compiled_step.py``), which decodes about 1.8x faster there. Linux
+            (``core/runtime/compiled/``), which decodes about 1.8x faster there. Linux
             only: on Windows it would need Visual Studio's compiler, which few users have.
 
     bitsandbytes ships one native library per CUDA/ROCm/XPU version (about 120 MB in all); only the
