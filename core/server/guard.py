@@ -36,9 +36,6 @@ class _Outcome:
 
 
 OUTCOME = web.RequestKey("outcome", _Outcome)
-
-
-OUTCOME = web.RequestKey("outcome", _Outcome)
 """Where a handler notes what the request log should say (tokens, decoding mode, a client gone)."""
 
 
