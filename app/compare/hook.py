@@ -10,7 +10,7 @@ from PySide6.QtGui import QAction
 from app.compare.page import ComparePage
 
 if TYPE_CHECKING:
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
 
 class _StopOnClose(QObject):

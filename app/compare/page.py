@@ -23,8 +23,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.charts import LOOKAHEAD_COLOR, PLAIN_COLOR, comparison_histogram, comparison_series, save_comparison_chart
 from app.compare.chart_views import HistogramView, TimelineView
+from app.compare.charts import (
+    LOOKAHEAD_COLOR,
+    PLAIN_COLOR,
+    comparison_histogram,
+    comparison_series,
+    save_comparison_chart,
+)
 from app.compare.panes import RunPane
 from app.compare.runner import CompareRunner, ModelCall
 from app.compare.suites_panel import SuitesPanel

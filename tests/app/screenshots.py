@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from app.main import enable_offline_mode, leave
+from app.window.main import enable_offline_mode, leave
 
 log = logging.getLogger("screenshots")
 PROMPT = "Write a Python function that checks whether a string is a palindrome, then show how to call it."
@@ -53,8 +53,8 @@ def main(out: Path) -> int:
     os.environ["PIP_NO_CACHE_DIR"] = "1"  # show a real download, not pip's cached copy
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow
-    from app.settings_dialog import SettingsDialog
+    from app.settings.dialog import SettingsDialog
+    from app.window.main_window import MainWindow
     from core.paths import AppPaths
     from core.settings import SamplingSettings, Settings, SettingsStore
 

@@ -131,7 +131,7 @@ def test_ctrl_e_opens_the_last_message_for_editing_and_esc_cancels(tiny_settings
 
 
 def test_each_chat_has_its_own_system_prompt(tiny_settings, open_window, ui, app_paths) -> None:
-    from app.system_prompt import SystemPromptDialog
+    from app.chat.system_prompt import SystemPromptDialog
 
     tiny_settings(system_prompt="Default prompt.")
     window = open_window()

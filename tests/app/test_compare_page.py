@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from app.charts import save_bench_chart
-from app.compare import ComparePage, thread_call
+from app.compare.charts import save_bench_chart
+from app.compare.page import ComparePage
+from app.compare.runner import thread_call
 from core.compare import LOOKAHEAD, PLAIN
 from core.settings import LookaheadSettings, SamplingSettings, Settings
 
@@ -134,7 +135,7 @@ def _tallest_run(image, color: str) -> int:
 def test_bench_chart_png_draws_bars_in_proportion(qtbot, tmp_path):
     from PySide6.QtGui import QImage
 
-    from app.charts import LOOKAHEAD_COLOR
+    from app.compare.charts import LOOKAHEAD_COLOR
     from core.bench.report import Row
 
     generate_grey = "#b0b7bf"

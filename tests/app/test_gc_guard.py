@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from app.gc_guard import GuiThreadCollector
+from app.window.gc_guard import GuiThreadCollector
 
 
 class Cycle:

@@ -218,7 +218,7 @@ def test_default_model_greedy_stream_equals_the_windows_answer(qloop, open_windo
 
 
 def test_the_settings_dialog_edits_the_server_section(qtbot, app_paths):
-    from app.settings_dialog import SettingsDialog
+    from app.settings.dialog import SettingsDialog
 
     dialog = SettingsDialog(Settings(), app_paths)
     qtbot.addWidget(dialog)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.single_instance import InstanceLock
-from app.system_libraries import debian_package, missing_libraries, not_found, uses_xcb, xcb_plugin
+from app.window.single_instance import InstanceLock
+from app.window.system_libraries import debian_package, missing_libraries, not_found, uses_xcb, xcb_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,7 +104,7 @@ def test_the_lock_is_held_once_per_data_folder(tmp_path: Path, qtbot) -> None:
 
 def test_the_lock_of_a_crashed_window_is_taken_over(tmp_path: Path) -> None:
     crash = (
-        "import os, sys; from pathlib import Path; from app.single_instance import InstanceLock; "
+        "import os, sys; from pathlib import Path; from app.window.single_instance import InstanceLock; "
         "lock = InstanceLock(Path(sys.argv[1])); assert lock.acquire(); os.kill(os.getpid(), 9)"
     )
     proc = subprocess.run([sys.executable, "-c", crash, str(tmp_path)], cwd=ROOT, capture_output=True, timeout=120)

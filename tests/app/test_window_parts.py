@@ -10,9 +10,9 @@ from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QInputDialog, QLabel, QMessageBox
 
-from app.chat_view import ChatView
-from app.composer import Composer
-from app.settings_dialog import SettingsDialog
+from app.chat.composer import Composer
+from app.chat.view import ChatView
+from app.settings.dialog import SettingsDialog
 from core.compare.record import Comparison
 from core.engine.jobs import JobFailure, StepsJob
 from core.models.options import ModelSource
@@ -126,7 +126,7 @@ def test_streaming_renders_finished_blocks_once_and_only_the_tail_again(qtbot) -
 
 
 def test_stable_prefix_ends_at_a_blank_line_outside_code() -> None:
-    from app.message_widget import stable_prefix_length
+    from app.chat.message_widget import stable_prefix_length
 
     assert stable_prefix_length("a\n\nb") == 3
     assert stable_prefix_length("a\n\n```\nx\n\ny") == 3
@@ -193,11 +193,11 @@ def test_theme_switch_and_dialogs(tiny_settings, open_window, qtbot) -> None:
     window.apply_settings(Settings(**{**window.settings.__dict__, "theme": "dark"}))
     assert window.chat_view.renderer.palette.pygments_style == "monokai"
     assert (window.settings_store.load().settings.theme) == "dark"
-    from app.dialogs import AboutDialog, HelpDialog
+    from app.window.dialogs import AboutDialog, HelpDialog
 
     help_dialog = HelpDialog(window)
     qtbot.addWidget(help_dialog)
-    from app.shortcuts import SHORTCUTS
+    from app.window.shortcuts import SHORTCUTS
 
     assert help_dialog.table.rowCount() == len(SHORTCUTS)
     about = AboutDialog(window.model, window)
@@ -234,7 +234,7 @@ def test_live_figures_update_while_generating(tiny_settings, open_window, ui) ->
 
 
 def test_gui_start_sets_hub_offline_mode(monkeypatch) -> None:
-    from app.main import OFFLINE_ENVIRONMENT, enable_offline_mode
+    from app.window.main import OFFLINE_ENVIRONMENT, enable_offline_mode
 
     for name in OFFLINE_ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
@@ -292,7 +292,7 @@ import sys
 from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-from app.main import run_gui
+from app.window.main import run_gui
 from core.paths import AppPaths
 
 app = QApplication(sys.argv)

@@ -30,9 +30,11 @@ def run_gui(paths: AppPaths) -> int:
     """Show the main window and run the Qt event loop under qasync until it closes.
 
     Refused with one line (exit code 1) when Qt's X11 libraries are missing; a second start over
-    the same data folder brings the first window to the front and exits (see app.single_instance).
+    the same data folder brings the first window to the front and exits (see app.window.single_instance).
     """
-    from app.system_libraries import missing_xcb_message  # before Qt loads: it names the libraries Qt would fail on
+    from app.window.system_libraries import (
+        missing_xcb_message,
+    )  # before Qt loads: it names the libraries Qt would fail on
 
     problem = missing_xcb_message()
     if problem:
@@ -42,9 +44,9 @@ def run_gui(paths: AppPaths) -> int:
     import qasync  # Qt and the window load only after the check for its system libraries
     from PySide6.QtWidgets import QApplication
 
-    from app.gc_guard import GuiThreadCollector
-    from app.main_window import MainWindow
-    from app.single_instance import InstanceLock, second_start_message
+    from app.window.gc_guard import GuiThreadCollector
+    from app.window.main_window import MainWindow
+    from app.window.single_instance import InstanceLock, second_start_message
 
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName("Lookahead Chat")

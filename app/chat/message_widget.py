@@ -17,8 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.composer import MessageBox
-from app.markdown import COPY_SCHEME, MarkdownRenderer
+from app.chat.composer import MessageBox
+from app.chat.markdown import COPY_SCHEME, MarkdownRenderer
 
 RENDER_DELAY_MS = 100  # streamed text is re-rendered at most 10 times a second
 STATUS_TEXT = {

@@ -10,7 +10,7 @@ from PySide6.QtCore import qVersion
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
-from app.shortcuts import SHORTCUTS
+from app.window.shortcuts import SHORTCUTS
 from core.engine.ready import ModelInfo
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
-from app.chat_controller import LiveAnswer
+from app.chat.controller import LiveAnswer
 from core.engine.answer_job import AnswerFigures
 from core.engine.ready import ModelInfo
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from app.markdown import DARK, LIGHT, MarkdownRenderer
-from app.message_widget import MessageWidget
+from app.chat.markdown import DARK, LIGHT, MarkdownRenderer
+from app.chat.message_widget import MessageWidget
 
 
 class ChatView(QScrollArea):

@@ -28,23 +28,23 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat_controller import ChatController
-from app.chat_view import ChatView
+from app.bridge.model_worker import ModelWorker
+from app.chat.composer import Composer
+from app.chat.controller import ChatController
+from app.chat.history_list import HistoryList
+from app.chat.system_prompt import SystemPromptBar, SystemPromptDialog
+from app.chat.view import ChatView
 from app.compare.hook import install_compare
-from app.composer import Composer
-from app.dialogs import AboutDialog, HelpDialog
-from app.history_list import HistoryList
-from app.mode_controls import ModeControls
-from app.notices import LoadPanel, NoticeBar
-from app.preset_controls import PresetControls
-from app.server_control import ServerControl
-from app.server_indicator import ServerIndicator
-from app.settings_dialog import SettingsDialog
-from app.shortcuts import SHORTCUTS
-from app.status_bar import FiguresBar
-from app.system_prompt import SystemPromptBar, SystemPromptDialog
-from app.theme import apply_theme
-from app.worker import ModelWorker
+from app.server.control import ServerControl
+from app.server.indicator import ServerIndicator
+from app.settings.dialog import SettingsDialog
+from app.toolbar.mode_controls import ModeControls
+from app.toolbar.preset_controls import PresetControls
+from app.window.dialogs import AboutDialog, HelpDialog
+from app.window.notices import LoadPanel, NoticeBar
+from app.window.shortcuts import SHORTCUTS
+from app.window.status_bar import FiguresBar
+from app.window.theme import apply_theme
 from core.atomic import write_text_atomic
 from core.chat.history import HistoryError, open_history
 from core.engine.answer_job import AnswerOutcome

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from app.chat_view import ChatView
-from app.composer import Composer
-from app.message_widget import MessageWidget
-from app.worker import ModelWorker
+from app.bridge.model_worker import ModelWorker
+from app.chat.composer import Composer
+from app.chat.message_widget import MessageWidget
+from app.chat.view import ChatView
 from core.chat.history import HistoryError, HistoryStore, StoredMessage
 from core.chat.prompt import Message
 from core.engine.answer_job import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart

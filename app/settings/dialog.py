@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.download import HubDownload
+from app.settings.download import HubDownload
 from core.models.options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions, ModelSource
 from core.models.registry import ModelRegistry
 from core.paths import AppPaths

@@ -1,0 +1,1 @@
+"""Settings in the window: the settings dialog and its hub download."""
