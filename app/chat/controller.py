@@ -105,9 +105,9 @@ class ChatController(QObject):
         self._autosave = QTimer(self, interval=AUTOSAVE_MS)
         self._autosave.timeout.connect(self.save_progress)
         queued = Qt.ConnectionType.QueuedConnection
-        worker.answer_started.connect(self._started, queued)
-        worker.answer_delta.connect(self._delta, queued)
-        worker.answer_finished.connect(self._finished, queued)
+        worker.answers.started.connect(self._started, queued)
+        worker.answers.delta.connect(self._delta, queued)
+        worker.answers.ended.connect(self._finished, queued)
         composer.send_requested.connect(self.send)
         composer.stop_requested.connect(self.stop)
         view.edit_submitted.connect(self.edit)

@@ -160,9 +160,9 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         queued = Qt.ConnectionType.QueuedConnection
-        self.worker.load_progress.connect(self._load_progress, queued)
-        self.worker.model_loaded.connect(self._model_loaded, queued)
-        self.worker.load_failed.connect(self._load_failed, queued)
+        self.worker.loads.load_progress.connect(self._load_progress, queued)
+        self.worker.loads.model_loaded.connect(self._model_loaded, queued)
+        self.worker.loads.load_failed.connect(self._load_failed, queued)
         self.load_panel.cancel_requested.connect(self.cancel_load)
         self.load_panel.retry_requested.connect(self.load_model)
         self.load_panel.settings_requested.connect(lambda: self.open_settings("Model"))

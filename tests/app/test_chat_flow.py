@@ -7,7 +7,7 @@ def test_send_streams_the_answer_and_saves_it(tiny_settings, open_window, ui) ->
     tiny_settings(max_new_tokens=40)
     window = open_window()
     deltas: list[str] = []
-    window.worker.answer_delta.connect(lambda _job, text, _figures: deltas.append(text))
+    window.worker.answers.delta.connect(lambda _job, text, _figures: deltas.append(text))
     ui.send(window, "Hello there")
     assert len(deltas) >= 1
     user, answer = ui.stored(window)
