@@ -155,12 +155,7 @@ class ComparePage(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(body, 1)
 
-    # --- what the window sets -------------------------------------------------------------------
-
-    def set_model_call(self, call: ModelCall | None) -> None:
-        """The loaded model to use (``None`` while none is loaded)."""
-        self.runner.call = call
-        self._on_busy(self.runner.busy)
+    # --- the conversation on show ---------------------------------------------------------------
 
     @property
     def conversation_id(self) -> str | None:

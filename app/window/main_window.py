@@ -1,7 +1,7 @@
-"""The main window: toolbar, conversation sidebar, chat page (in a page stack), live figures.
+"""The main window: toolbar, conversation sidebar, chat page and Compare page (in a page stack), live figures.
 
-Other modes (Compare) add a page with :meth:`MainWindow.add_page` and a toolbar action with
-:meth:`MainWindow.add_toolbar_action`.
+Other pages go in with :meth:`MainWindow.add_page` and their toolbar actions with
+:meth:`MainWindow.add_toolbar_action`, as the Compare page does.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from app.chat.controller import ChatController
 from app.chat.history_list import HistoryList
 from app.chat.system_prompt import SystemPromptBar, SystemPromptDialog
 from app.chat.view import ChatView
-from app.compare.hook import install_compare
+from app.compare.page import ComparePage
 from app.server.control import ServerControl
 from app.server.indicator import ServerIndicator
 from app.settings.dialog import SettingsDialog
@@ -122,7 +122,7 @@ class MainWindow(QMainWindow):
         for problem in (loaded.problem, presets.problem, store_problem):
             if problem:
                 self.notice.show_message(problem, "error", lasting=True)
-        self.compare_page = install_compare(self)
+        self._build_compare()
         self.load_model()
         self.server.apply(self.settings.server)
 
@@ -206,6 +206,25 @@ class MainWindow(QMainWindow):
             action.triggered.connect(lambda _checked=False, handler=handlers[shortcut.name]: handler())
             self.addAction(action)
             self.shortcut_actions[shortcut.name] = action
+
+    def _build_compare(self) -> None:
+        """The Compare page and its toolbar toggle. Comparisons run as jobs on the model worker's thread,
+        so they never overlap a chat answer; they are kept with the conversation on show."""
+        self.compare_page = ComparePage(
+            self.worker.run_job, self.paths, lambda: self.settings, lambda: self.chat.current_id
+        )
+        self.add_page(self.compare_page)
+        self.compare_action = QAction(
+            "Compare",
+            self,
+            checkable=True,
+            objectName="compareAction",
+            toolTip="Answer one prompt plain and with lookahead, side by side, and compare the speed",
+        )
+        self.compare_action.toggled.connect(
+            lambda on: self.pages.setCurrentWidget(self.compare_page if on else self.chat_page)
+        )
+        self.add_toolbar_action(self.compare_action)
 
     # --- extension points for other modes ----------------------------------------------------------
 
@@ -431,7 +450,8 @@ class MainWindow(QMainWindow):
     # --- closing ------------------------------------------------------------------------------------
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        """Save a half-finished answer (marked interrupted), stop the worker, close the history."""
+        """Stop a comparison, save a half-finished answer (marked interrupted), stop the worker, close the history."""
+        self.compare_page.runner.stop()
         self.chat.shutdown()
         if not self.worker.shutdown(SHUTDOWN_S):
             log.warning("the model worker did not stop within %.1f s; exiting anyway", SHUTDOWN_S)
