@@ -54,6 +54,12 @@ class LiveAnswer:
         elapsed = time.monotonic() - self.started_at
         return self.figures.new_tokens / elapsed if elapsed > 0 else 0.0
 
+    def context(self) -> tuple[int, int] | None:
+        """(Tokens of the context in use, the model's context length), once the prompt is built."""
+        if self.start is None or self.figures is None:
+            return None
+        return self.start.prompt_tokens + self.figures.new_tokens, self.start.context_length
+
 
 def title_from(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else "New chat"

@@ -425,8 +425,15 @@ class MainWindow(QMainWindow):
         self._update_figures()
 
     def _update_figures(self) -> None:
-        if self.chat.live is not None:
-            self.figures.show_live(self.chat.live)
+        live = self.chat.live
+        if live is not None:
+            figures = live.figures
+            self.figures.show_live(
+                live.start is not None,
+                live.live_rate() if figures else None,
+                figures.tokens_per_step if figures else None,
+                live.context(),
+            )
         elif self.last_outcome is not None and self.last_outcome.figures is not None:
             self.figures.show_final(self.last_outcome.figures, self.model)
         elif self.model is not None:

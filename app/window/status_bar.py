@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
-from app.chat.controller import LiveAnswer
 from core.engine.answer_job import AnswerFigures
 from core.engine.ready import ModelInfo
 
@@ -52,13 +51,19 @@ class FiguresBar(QStatusBar):
     def set_context(self, used: int, maximum: int) -> None:
         self.context.setText(f"context {used} / {maximum}")
 
-    def show_live(self, live: LiveAnswer) -> None:
-        """The answer being generated: wall-clock tok/s (moves between steps too), tokens/step, context."""
-        figures = live.figures
-        self.set_state("generating" if live.start else "waiting for the model")
-        self.set_rate(live.live_rate() if figures else None, figures.tokens_per_step if figures else None)
-        if live.start is not None and figures is not None:
-            self.set_context(live.start.prompt_tokens + figures.new_tokens, live.start.context_length)
+    def show_live(
+        self,
+        started: bool,
+        tokens_per_second: float | None,
+        tokens_per_step: float | None,
+        context: tuple[int, int] | None,
+    ) -> None:
+        """The answer being generated: ``started`` once the model works on it (before: waiting behind other
+        work), wall-clock tok/s (moves between steps too), tokens/step, and (tokens used, context length)."""
+        self.set_state("generating" if started else "waiting for the model")
+        self.set_rate(tokens_per_second, tokens_per_step)
+        if context is not None:
+            self.set_context(*context)
 
     def show_final(self, figures: AnswerFigures, model: ModelInfo | None) -> None:
         """The last answer's final figures, kept until the next one starts."""
