@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
@@ -20,11 +19,11 @@ from app.bridge.model_worker import ModelWorker
 from app.chat.composer import Composer
 from app.chat.message_widget import MessageWidget
 from app.chat.view import ChatView
+from app.settings.live import LiveSettings
 from core.chat.history import HistoryError, HistoryStore, StoredMessage
 from core.chat.prompt import Message
 from core.engine.answer_job import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart
 from core.progress import CancelToken
-from core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ class ChatController(QObject):
         worker: ModelWorker,
         view: ChatView,
         composer: Composer,
-        settings: Callable[[], Settings],
+        settings: LiveSettings,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -147,7 +146,7 @@ class ChatController(QObject):
     @property
     def system_prompt(self) -> str:
         """The current chat's system prompt ("" for none)."""
-        return self.settings().system_prompt if self.own_system_prompt is None else self.own_system_prompt
+        return self.settings.current.system_prompt if self.own_system_prompt is None else self.own_system_prompt
 
     def set_system_prompt(self, text: str | None) -> None:
         """Give the current chat its own system prompt (None: the default from Settings); a new chat keeps
@@ -295,7 +294,7 @@ class ChatController(QObject):
     def _start(self, message_id: int, prefix: str) -> None:
         """Generate into stored message ``message_id``, which holds ``prefix`` (the model continues it)."""
         assert self.current_id is not None
-        settings = self.settings()
+        settings = self.settings.current
         history = [
             Message(m.role, m.text) for m in self.view.messages if m.text or m.role == "user"
         ]  # the active branch

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.settings.live import LiveSettings
 from core.server.activity import Activity
 from core.server.answer_events import AnswerDefaults
 from core.server.config import ServerConfig
@@ -24,11 +24,15 @@ log = logging.getLogger(__name__)
 
 
 class ServerControl(QObject):
-    """Starts, restarts and stops the server to match Settings, Server; ``changed`` fires on any news (state, requests)."""
+    """Starts, restarts and stops the server to match Settings, Server; ``changed`` fires on any news (state, requests).
+
+    It follows ``settings`` from the start: the server section as it is, then each change of it;
+    answers take their defaults (sampling, mode, system prompt) from the settings in use.
+    """
 
     changed = Signal()
 
-    def __init__(self, runner: ModelRunner, settings: Callable[[], Settings], parent: QObject | None = None) -> None:
+    def __init__(self, runner: ModelRunner, settings: LiveSettings, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.runner = runner
         self.settings = settings
@@ -36,6 +40,8 @@ class ServerControl(QObject):
         self.server: LocalServer | None = None
         self._applied: ServerSettings | None = None
         self._switching: asyncio.Task | None = None
+        settings.changed.connect(self._settings_changed)
+        self.apply(settings.current.server)
 
     def apply(self, wanted: ServerSettings) -> None:
         """Match ``wanted`` (start, restart on a change, stop) on the next turn of the event loop."""
@@ -43,6 +49,9 @@ class ServerControl(QObject):
             return
         self._applied = wanted
         QTimer.singleShot(0, lambda: self._switch_soon(wanted))
+
+    def _settings_changed(self, new: Settings, _old: Settings) -> None:
+        self.apply(new.server)
 
     async def stop(self) -> None:
         """Stop serving now (the window closes); running answers are cancelled."""
@@ -76,7 +85,7 @@ class ServerControl(QObject):
             return
         server = LocalServer(
             self.runner,
-            lambda: AnswerDefaults.from_settings(self.settings()),
+            lambda: AnswerDefaults.from_settings(self.settings.current),
             ServerConfig.from_settings(wanted),
             self.activity,
         )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
@@ -38,6 +37,7 @@ from app.compare.page import ComparePage
 from app.server.control import ServerControl
 from app.server.indicator import ServerIndicator
 from app.settings.dialog import SettingsDialog
+from app.settings.live import LiveSettings
 from app.toolbar.mode_controls import ModeControls
 from app.toolbar.preset_controls import PresetControls
 from app.window.dialogs import AboutDialog, HelpDialog
@@ -70,7 +70,7 @@ class MainWindow(QMainWindow):
         self.resize(1180, 760)
         self.settings_store = SettingsStore(paths.config_dir)
         loaded = self.settings_store.load()
-        self.settings: Settings = loaded.settings
+        self.settings = LiveSettings(loaded.settings, self.settings_store, self)
         presets = PresetStore(paths.config_dir).load()
         self.model: ModelInfo | None = None
         self.last_outcome: AnswerOutcome | None = None
@@ -106,12 +106,12 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.splitter)
         self.figures = FiguresBar()
         self.setStatusBar(self.figures)
-        self.server = ServerControl(self.worker.thread, lambda: self.settings, self)
+        self.server = ServerControl(self.worker.thread, self.settings, self)
         self.server_indicator = ServerIndicator(self.server.activity)
         self.figures.addPermanentWidget(self.server_indicator)
         self.server.changed.connect(self.server_indicator.refresh)
 
-        self.chat = ChatController(self.store, self.worker, self.chat_view, self.composer, lambda: self.settings, self)
+        self.chat = ChatController(self.store, self.worker, self.chat_view, self.composer, self.settings, self)
         self._connect()
         self._bind_shortcuts()
         self._figures_timer = QTimer(self, interval=FIGURES_MS)
@@ -124,7 +124,6 @@ class MainWindow(QMainWindow):
                 self.notice.show_message(problem, "error", lasting=True)
         self._build_compare()
         self.load_model()
-        self.server.apply(self.settings.server)
 
     # --- construction -----------------------------------------------------------------------------
 
@@ -139,10 +138,12 @@ class MainWindow(QMainWindow):
         self.model_button.clicked.connect(lambda: self.open_settings("Model"))
         self.toolbar.addWidget(self.model_button)
         self.toolbar.addSeparator()
-        self.mode_controls = ModeControls(self.settings.mode, self.settings.lookahead)
+        self.mode_controls = ModeControls(self.settings.current.mode, self.settings.current.lookahead)
         self.toolbar.addWidget(self.mode_controls)
         self.toolbar.addSeparator()
-        self.preset_controls = PresetControls(PresetStore(self.paths.config_dir), user_presets, self.settings.sampling)
+        self.preset_controls = PresetControls(
+            PresetStore(self.paths.config_dir), user_presets, self.settings.current.sampling
+        )
         self.toolbar.addWidget(self.preset_controls)
         spacer = QWidget()
         spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
@@ -160,6 +161,8 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         queued = Qt.ConnectionType.QueuedConnection
+        self.settings.changed.connect(self._settings_changed)
+        self.settings.save_failed.connect(self.show_error)
         self.worker.loads.load_progress.connect(self._load_progress, queued)
         self.worker.loads.model_loaded.connect(self._model_loaded, queued)
         self.worker.loads.load_failed.connect(self._load_failed, queued)
@@ -210,9 +213,7 @@ class MainWindow(QMainWindow):
     def _build_compare(self) -> None:
         """The Compare page and its toolbar toggle. Comparisons run as jobs on the model worker's thread,
         so they never overlap a chat answer; they are kept with the conversation on show."""
-        self.compare_page = ComparePage(
-            self.worker.run_job, self.paths, lambda: self.settings, lambda: self.chat.current_id
-        )
+        self.compare_page = ComparePage(self.worker.run_job, self.paths, self.settings, lambda: self.chat.current_id)
         self.add_page(self.compare_page)
         self.compare_action = QAction(
             "Compare",
@@ -240,12 +241,13 @@ class MainWindow(QMainWindow):
 
     def load_model(self) -> None:
         """Load the model the settings name (first run: fetches the default model)."""
+        settings = self.settings.current
         self.model = None
-        self.model_button.setText(f"loading {self.settings.source.display_name}…")
+        self.model_button.setText(f"loading {settings.source.display_name}…")
         self.figures.set_model(None)
         self.figures.set_state("loading model")
-        self.load_panel.show_progress(f"Loading {self.settings.source.display_name}", 0.0)
-        self._load_token = self.worker.load(self.settings.source, self.settings.load)
+        self.load_panel.show_progress(f"Loading {settings.source.display_name}", 0.0)
+        self._load_token = self.worker.load(settings.source, settings.load)
 
     def cancel_load(self) -> None:
         if self._load_token is not None:
@@ -274,53 +276,43 @@ class MainWindow(QMainWindow):
     # --- settings -----------------------------------------------------------------------------------
 
     def open_settings(self, tab: str | None = None) -> None:
-        dialog = SettingsDialog(self.settings, self.paths, self)
+        dialog = SettingsDialog(self.settings.current, self.paths, self)
         if tab:
             dialog.show_tab(tab)
         if dialog.exec():
             self.apply_settings(dialog.result_settings())
 
     def apply_settings(self, new: Settings) -> None:
-        """Use and save new settings; reload the model when its source or load options changed."""
-        old, self.settings = self.settings, new
-        self._save_settings()
+        """Use and save new settings (the Settings dialog's) and show them in the toolbar's controls."""
+        self.settings.set(new)
+        self.mode_controls.set_mode(new.mode)
+        self.mode_controls.editor.set_settings(new.lookahead)
+        self.preset_controls.show_sampling(new.sampling)
+
+    def _settings_changed(self, new: Settings, old: Settings) -> None:
+        """Reload the model when its source or load options changed, restyle on a new theme, show the
+        system prompt (the default may have changed). The server follows the settings itself."""
         if (old.source, old.load) != (new.source, new.load):
             self.load_model()
         if old.theme != new.theme:
             self.apply_theme()
-        self.server.apply(new.server)
-        self.mode_controls.set_mode(new.mode)
-        self.mode_controls.editor.set_settings(new.lookahead)
-        self.preset_controls.show_sampling(new.sampling)
         self._show_system_prompt()
 
     def set_sampling(self, sampling: SamplingSettings) -> None:
         """Sampling settings from a preset, for the next answer."""
-        self.settings = replace(self.settings, sampling=sampling)
-        self._save_settings()
+        self.settings.update(sampling=sampling)
 
     def set_mode(self, mode: str) -> None:
         """Plain or lookahead, for the next answer."""
-        if mode != self.settings.mode:
-            self.settings = replace(self.settings, mode=mode)
-            self._save_settings()
+        if mode != self.settings.current.mode:
+            self.settings.update(mode=mode)
 
     def set_lookahead(self, lookahead: LookaheadSettings) -> None:
-        self.settings = replace(self.settings, lookahead=lookahead)
-        self._save_settings()
+        self.settings.update(lookahead=lookahead)
 
     def apply_theme(self) -> None:
         app = QApplication.instance()
-        self.chat_view.set_dark(apply_theme(app, self.settings.theme))
-
-    def _save_settings(self) -> None:
-        try:
-            self.settings_store.save(self.settings)
-        except OSError as err:
-            self.show_error(
-                f"Could not save the settings ({err.strerror or err}). Free disk space or check the folder "
-                f"{self.paths.config_dir}; the new settings apply until the app closes."
-            )
+        self.chat_view.set_dark(apply_theme(app, self.settings.current.theme))
 
     # --- conversations ------------------------------------------------------------------------------
 
@@ -340,7 +332,7 @@ class MainWindow(QMainWindow):
 
     def edit_system_prompt(self) -> None:
         """Ask for the current chat's system prompt."""
-        dialog = SystemPromptDialog(self.chat.own_system_prompt, self.settings.system_prompt, self)
+        dialog = SystemPromptDialog(self.chat.own_system_prompt, self.settings.current.system_prompt, self)
         if dialog.exec():
             self.chat.set_system_prompt(dialog.result_prompt())
 

@@ -92,9 +92,10 @@ def test_editing_an_earlier_message_branches_and_both_branches_survive_a_restart
 def test_an_edit_while_an_answer_is_generating_is_refused_until_stop(tiny_settings, open_window, ui) -> None:
     tiny_settings(max_new_tokens=600)
     window = open_window()
-    window.chat.settings = lambda: replace(window.settings, sampling=SamplingSettings(max_new_tokens=8))
+    long_answers = window.settings.current
+    window.settings.update(sampling=SamplingSettings(max_new_tokens=8))
     ui.send(window, "Short one")
-    window.chat.settings = lambda: window.settings
+    window.settings.set(long_answers)
     widget = window.chat_view.messages[0]
     widget.edit_button.click()
     ui.send(window, "A long story please", wait=False)
@@ -144,7 +145,7 @@ def test_each_chat_has_its_own_system_prompt(tiny_settings, open_window, ui, app
     first = window.chat.current_id
 
     window.new_chat()
-    dialog = SystemPromptDialog(window.chat.own_system_prompt, window.settings.system_prompt, window)
+    dialog = SystemPromptDialog(window.chat.own_system_prompt, window.settings.current.system_prompt, window)
     assert dialog.follow.isChecked() and dialog.text.toPlainText() == "Default prompt."
     dialog.follow.setChecked(False)
     dialog.text.setPlainText("  Answer in French.  ")
@@ -157,7 +158,7 @@ def test_each_chat_has_its_own_system_prompt(tiny_settings, open_window, ui, app
     ui.send(window, "encore")
     assert prompt_texts(requests[-1])[0] == ("user", "bonjour")
 
-    window.apply_settings(replace(window.settings, system_prompt="A new default."))
+    window.apply_settings(replace(window.settings.current, system_prompt="A new default."))
     window.chat.open(first)  # its own copy of the default it started with
     assert window.chat.system_prompt == "Default prompt."
     window.close()
@@ -177,12 +178,12 @@ def test_presets_from_the_toolbar(tiny_settings, open_window, ui, app_paths) -> 
     assert [controls.combo.itemText(i) for i in range(3)] == ["Precise", "Balanced", "Creative"]
     controls.combo.setCurrentIndex(1)
     controls.combo.activated.emit(1)
-    assert window.settings.sampling == BUILTIN[1].sampling
+    assert window.settings.current.sampling == BUILTIN[1].sampling
     assert SettingsStore(app_paths.config_dir).load().settings.sampling == BUILTIN[1].sampling
     assert not controls.delete_action.isEnabled()  # built-in presets stay
 
     mine = replace(BUILTIN[1].sampling, temperature=0.3, max_new_tokens=6, seed=3)
-    window.apply_settings(replace(window.settings, sampling=mine))  # as the Settings dialog does
+    window.apply_settings(replace(window.settings.current, sampling=mine))  # as the Settings dialog does
     assert controls.combo.currentText() == "Custom"
     assert not controls.save_as("Balanced")
     assert "built-in" in window.notice.text
@@ -196,7 +197,7 @@ def test_presets_from_the_toolbar(tiny_settings, open_window, ui, app_paths) -> 
     assert again.preset_controls.combo.currentText() == "Short and warm"
     assert PresetStore(app_paths.config_dir).load().user[0].sampling == mine
     again.preset_controls.combo.activated.emit(0)
-    assert again.settings.sampling == BUILTIN[0].sampling
+    assert again.settings.current.sampling == BUILTIN[0].sampling
     assert again.preset_controls.delete("Short and warm")
     assert PresetStore(app_paths.config_dir).load().user == ()
     assert again.preset_controls.combo.count() == 3

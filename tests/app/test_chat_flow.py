@@ -65,7 +65,7 @@ def test_mode_toggle_applies_to_the_next_answer_and_is_recorded(tiny_settings, o
     modes = [m.mode for m in ui.stored(window) if m.role == "assistant"]
     assert modes[0] == "plain"
     assert modes[1].startswith("lookahead W")
-    assert window.settings.mode == "lookahead"
+    assert window.settings.current.mode == "lookahead"
     assert "lookahead W" in window.chat_view.messages[-1].figures.text()
 
 
@@ -91,7 +91,7 @@ def test_sampling_settings_reach_the_answer(tiny_settings, open_window, ui) -> N
     window = open_window()
     texts = []
     for seed in (1, 1, 2):
-        window.settings = replace(window.settings, sampling=replace(window.settings.sampling, seed=seed))
+        window.settings.update(sampling=replace(window.settings.current.sampling, seed=seed))
         window.new_chat()
         ui.send(window, "Pick some words")
         texts.append(ui.stored(window)[-1].content)

@@ -9,6 +9,7 @@ import pytest
 from app.compare.charts import save_bench_chart
 from app.compare.page import ComparePage
 from app.compare.runner import thread_call
+from app.settings.live import LiveSettings
 from core.compare import LOOKAHEAD, PLAIN
 from core.settings import LookaheadSettings, SamplingSettings, Settings
 
@@ -19,7 +20,7 @@ SETTINGS = Settings(
 
 @pytest.fixture
 def page(qtbot, tiny_ready, app_paths):
-    page = ComparePage(thread_call(tiny_ready), app_paths, lambda: SETTINGS, lambda: 7)
+    page = ComparePage(thread_call(tiny_ready), app_paths, LiveSettings(SETTINGS), lambda: 7)
     page.resize(1200, 800)
     qtbot.addWidget(page)
     page.show()
@@ -85,7 +86,7 @@ def test_suites_run_from_the_page_fill_the_table(qtbot, page):
 
 def test_stop_of_a_comparison_queued_behind_other_work_returns_the_page_to_idle(qtbot, app_paths, tiny_ready):
     queued = []  # a model thread busy elsewhere: the job waits here
-    page = ComparePage(queued.append, app_paths, lambda: SETTINGS)
+    page = ComparePage(queued.append, app_paths, LiveSettings(SETTINGS))
     qtbot.addWidget(page)
     page.start()
     assert page.runner.busy and not page.compare_button.isEnabled()
@@ -106,7 +107,7 @@ def test_a_difference_is_shown_as_an_error(qtbot, app_paths, dtype, cause):
         RunRecord(PLAIN, 0, 0, [5, 6, 7], "a", "length", [0.1, 0.1, 0.1], [1, 1, 1]),
         RunRecord(LOOKAHEAD, 0, 1, [5, 6, 8], "b", "length", [0.1, 0.1], [1, 2]),
     ]
-    page = ComparePage(None, app_paths, lambda: SETTINGS)
+    page = ComparePage(None, app_paths, LiveSettings(SETTINGS))
     qtbot.addWidget(page)
     page.show_comparison(
         Comparison("x", "2025-01-01T00:00:00", "p", "", "m", "CPU", dtype, "W3 N3 G3", 3, 1, runs=runs)

@@ -67,7 +67,7 @@ def test_a_template_without_system_role_answers_with_a_note(
 def test_a_bad_seed_that_got_past_validation_ends_the_answer_not_the_worker(tiny_settings, open_window, ui) -> None:
     tiny_settings(max_new_tokens=8)
     window = open_window()
-    sampling = window.settings.sampling
+    sampling = window.settings.current.sampling
     object.__setattr__(sampling, "temperature", 0.7)
     object.__setattr__(sampling, "seed", "abc")  # as a hand-edited file might deliver it
     ui.send(window, "Hello")

@@ -53,7 +53,7 @@ def test_corrupt_settings_file_is_reported_and_defaults_used(open_window, app_pa
     (app_paths.config_dir / SETTINGS_FILE).write_text("{ not json", encoding="utf-8")
     window = open_window(wait_for_model=False)
     assert "could not be used" in window.notice.text
-    assert window.settings.source.kind == "default"
+    assert window.settings.current.source.kind == "default"
     assert len(list(app_paths.config_dir.glob("settings.invalid-*.json"))) == 1
     window.load_panel.cancel.click()  # no need to load the real default model here
     qtbot.waitUntil(lambda: window.load_panel.retry.isVisibleTo(window) or window.model is not None, timeout=60_000)
@@ -162,8 +162,8 @@ def test_load_failure_is_shown_and_the_app_stays_usable(tiny_settings, open_wind
 
     tiny_settings()
     window = open_window()
-    broken = window.settings.__class__(
-        **{**window.settings.__dict__, "source": ModelSource("folder", str(tmp_path / "missing"))}
+    broken = window.settings.current.__class__(
+        **{**window.settings.current.__dict__, "source": ModelSource("folder", str(tmp_path / "missing"))}
     )
     window.apply_settings(broken)
     qtbot.waitUntil(lambda: window.load_panel.retry.isVisibleTo(window), timeout=30_000)

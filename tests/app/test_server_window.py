@@ -86,12 +86,15 @@ def test_the_window_serves_the_openai_client_through_its_worker(qloop, open_wind
         window = await opened(open_window, port)
         assert window.server_indicator.isVisible() and window.server_indicator.text() == f"API 127.0.0.1:{port}"
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
-        messages = [{"role": "system", "content": window.settings.system_prompt}, {"role": "user", "content": QUESTION}]
+        messages = [
+            {"role": "system", "content": window.settings.current.system_prompt},
+            {"role": "user", "content": QUESTION},
+        ]
         text, figures = await in_thread(lambda: streamed(api, window.model.name, messages, temperature=0))
         assert text == await window_answer(window, ui, QUESTION)
         assert figures["tokens_per_step"] >= 1.0
         assert "POST /v1/chat/completions → 200" in window.server_indicator.toolTip()
-        window.apply_settings(Settings.from_json({**window.settings.to_json(), "server": {"enabled": False}}))
+        window.apply_settings(Settings.from_json({**window.settings.current.to_json(), "server": {"enabled": False}}))
         await until(lambda: window.server.activity.state == "stopped" and window.server.server is None)
         await window.server.stop()
 
@@ -200,7 +203,10 @@ def test_default_model_greedy_stream_equals_the_windows_answer(qloop, open_windo
     async def scenario() -> None:
         window = await opened(open_window, port)
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
-        messages = [{"role": "system", "content": window.settings.system_prompt}, {"role": "user", "content": QUESTION}]
+        messages = [
+            {"role": "system", "content": window.settings.current.system_prompt},
+            {"role": "user", "content": QUESTION},
+        ]
         auto, auto_figures = await in_thread(lambda: streamed(api, window.model.name, messages, temperature=0))
         fixed, figures = await in_thread(
             lambda: streamed(

@@ -190,7 +190,7 @@ def test_hub_download_failure_is_shown_in_the_dialog(qtbot, app_paths) -> None:
 def test_theme_switch_and_dialogs(tiny_settings, open_window, qtbot) -> None:
     tiny_settings()
     window = open_window()
-    window.apply_settings(Settings(**{**window.settings.__dict__, "theme": "dark"}))
+    window.apply_settings(Settings(**{**window.settings.current.__dict__, "theme": "dark"}))
     assert window.chat_view.renderer.palette.pygments_style == "monokai"
     assert (window.settings_store.load().settings.theme) == "dark"
     from app.window.dialogs import AboutDialog, HelpDialog
