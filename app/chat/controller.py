@@ -1,5 +1,8 @@
 """The chat's behaviour: send, stop, regenerate, continue, edit, switch branches, streaming into the view and the history.
 
+The model's prompt is the conversation as stored (:class:`app.chat.shown_branch.ShownBranch`), not
+as the widgets show it; the view finds the widget of a stored message itself.
+
 Editing a message or regenerating an answer starts a new branch from there; the old one stays
 reachable through the message's arrows (core.chat.branches). Each chat has its own system prompt.
 The growing answer is saved about once a second; an answer that ends early is marked stopped (the
@@ -18,6 +21,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from app.bridge.model_worker import ModelWorker
 from app.chat.composer import Composer
 from app.chat.message_widget import MessageWidget
+from app.chat.shown_branch import ShownBranch
 from app.chat.view import ChatView
 from app.settings.live import LiveSettings
 from core.chat.history import HistoryError, HistoryStore, StoredMessage
@@ -79,7 +83,11 @@ def context_note(start: AnswerStart) -> str:
 
 
 class ChatController(QObject):
-    """Connects the composer and the chat view to the history store and the model worker."""
+    """Connects the composer and the chat view to the history store and the model worker.
+
+    ``branch`` is the active branch of the conversation on show, as stored; every message this
+    controller writes goes through it.
+    """
 
     busy_changed = Signal(bool)
     conversations_changed = Signal()
@@ -102,10 +110,9 @@ class ChatController(QObject):
         self.view = view
         self.composer = composer
         self.settings = settings
-        self.current_id: int | None = None
+        self.branch = ShownBranch(store)
         self.own_system_prompt: str | None = None  # the current chat's; None: the default from Settings
         self.live: LiveAnswer | None = None
-        self._ids: list[int] = []  # message ids of the view's widgets, in order
         self._unsaved: tuple[int, str, str, AnswerOutcome] | None = None
         self._autosave = QTimer(self, interval=AUTOSAVE_MS)
         self._autosave.timeout.connect(self.save_progress)
@@ -124,14 +131,18 @@ class ChatController(QObject):
     def busy(self) -> bool:
         return self.live is not None
 
+    @property
+    def current_id(self) -> int | None:
+        """The conversation on show (None: a new chat, not stored until its first message)."""
+        return self.branch.conversation_id
+
     # --- conversations ----------------------------------------------------------------------------
 
     def open(self, conversation_id: int | None) -> None:
         """Show a conversation's active branch (None: an empty new chat)."""
-        self.current_id = conversation_id
+        self.branch.show(conversation_id)
         self.own_system_prompt = None
         self.view.clear()
-        self._ids = []
         if conversation_id is not None:
             try:
                 conversation = self.store.conversation(conversation_id)
@@ -184,16 +195,16 @@ class ChatController(QObject):
             return
         try:
             if self.current_id is None:
-                self.current_id = self.store.create_conversation(title_from(text), self.system_prompt).id
+                self.branch.show(self.store.create_conversation(title_from(text), self.system_prompt).id)
                 self.own_system_prompt = self.system_prompt
                 self.system_prompt_changed.emit()  # the chat's own copy from now on
-            user = self.store.add_message(self.current_id, "user", text, parent_id=self._ids[-1] if self._ids else None)
+            user = self.branch.add("user", text, parent_id=self._parent_of(len(self.view.messages)))
         except HistoryError as err:
             self.error.emit(str(err))
             return
         self.composer.box.clear()
         self._show(user)
-        self._answer(user.id, len(self._ids))
+        self._answer(user.id, len(self.view.messages))
         self.conversations_changed.emit()
 
     def edit(self, index: int, text: str) -> None:
@@ -204,7 +215,7 @@ class ChatController(QObject):
         if self.current_id is None or not text.strip() or self.view.messages[index].role != "user":
             return
         try:
-            user = self.store.add_message(self.current_id, "user", text, parent_id=self._parent_of(index))
+            user = self.branch.add("user", text, parent_id=self._parent_of(index))
         except HistoryError as err:
             self.error.emit(str(err))
             return
@@ -217,8 +228,9 @@ class ChatController(QObject):
         if self.busy or self.current_id is None:
             return
         try:
-            siblings = self.store.branches(self.current_id).siblings(self._ids[index])
-            position = siblings.index(self._ids[index]) + step
+            message_id = self._id_at(index)
+            siblings = self.store.branches(self.current_id).siblings(message_id)
+            position = siblings.index(message_id) + step
             if not 0 <= position < len(siblings):
                 return
             self.store.choose(siblings[position])
@@ -248,15 +260,15 @@ class ChatController(QObject):
 
     def continue_answer(self) -> None:
         """Extend the last answer from where it was cut off: the same message grows, and is saved as it does."""
-        index = len(self._ids) - 1
+        index = len(self.view.messages) - 1
         if self.busy or index < 0 or not self.view.messages[index].continuable:
             return
         widget = self.view.messages[index]
-        if not self._save(self._ids[index], widget.text, status="generating"):
+        if not self._save(self._id_at(index), widget.text, status="generating"):
             return
         widget.set_status("generating")
         widget.set_note("")
-        self._start(self._ids[index], widget.text)
+        self._start(self._id_at(index), widget.text)
 
     def edit_last(self) -> None:
         """Open the editor of the last user message."""
@@ -279,11 +291,11 @@ class ChatController(QObject):
         ``index`` on (re-read from the history when that is before its end: a new branch)."""
         assert self.current_id is not None
         try:
-            stored = self.store.add_message(self.current_id, "assistant", "", parent_id=parent_id, status="generating")
+            stored = self.branch.add("assistant", "", parent_id=parent_id, status="generating")
         except HistoryError as err:
             self.error.emit(str(err))
             stored = None
-        if index < len(self._ids):
+        if index < len(self.view.messages):
             if not self._reshow(index):
                 return
         elif stored is not None:
@@ -292,12 +304,11 @@ class ChatController(QObject):
             self._start(stored.id, "")
 
     def _start(self, message_id: int, prefix: str) -> None:
-        """Generate into stored message ``message_id``, which holds ``prefix`` (the model continues it)."""
+        """Generate into stored message ``message_id``, which holds ``prefix`` (the model continues it); the
+        prompt is the stored branch up to that message."""
         assert self.current_id is not None
         settings = self.settings.current
-        history = [
-            Message(m.role, m.text) for m in self.view.messages if m.text or m.role == "user"
-        ]  # the active branch
+        history = self.branch.prompt_until(message_id)
         messages = ([Message("system", self.system_prompt)] if self.system_prompt else []) + history
         token = CancelToken()
         self.live = LiveAnswer(self.current_id, message_id, token, prefix=prefix, text=prefix, saved_text=prefix)
@@ -363,9 +374,9 @@ class ChatController(QObject):
         self.answer_done.emit(outcome)
 
     def _live_widget_for(self, live: LiveAnswer) -> MessageWidget | None:
-        if live.conversation_id != self.current_id or live.message_id not in self._ids:
+        if live.conversation_id != self.current_id:
             return None
-        return self.view.messages[self._ids.index(live.message_id)]
+        return self.view.widget_for(live.message_id)
 
     # --- saving -----------------------------------------------------------------------------------
 
@@ -414,7 +425,7 @@ class ChatController(QObject):
 
     def _save(self, message_id: int, text: str, **fields) -> bool:
         try:
-            self.store.update_message(message_id, text, **fields)
+            self.branch.update(message_id, text, **fields)
         except HistoryError as err:
             log.warning("saving the answer failed: %s", err)
             self.error.emit(str(err))
@@ -424,11 +435,10 @@ class ChatController(QObject):
     # --- view bookkeeping -------------------------------------------------------------------------
 
     def _show(self, message: StoredMessage) -> MessageWidget:
-        widget = self.view.add_message(message.role, message.content, message.status)
+        widget = self.view.add_message(message.role, message.content, message.status, message.id)
         figures = AnswerFigures.from_dict(message.stats, message.mode)
         if figures is not None:
             widget.set_figures(figures.summary())
-        self._ids.append(message.id)
         if self.live is not None and self.live.message_id == message.id:
             widget.set_text(self.live.text)
             widget.set_status("generating")
@@ -441,20 +451,28 @@ class ChatController(QObject):
         message's branch arrows; False when the history could not be read."""
         assert self.current_id is not None
         try:
-            branches = self.store.branches(self.current_id)
+            branches = self.branch.read()
         except HistoryError as err:
             self.error.emit(str(err))
             return False
-        del self._ids[index:]
         self.view.remove_from(index)
         for message in branches.path[index:]:
             self._show(message)
-        for message_id, widget in zip(self._ids, self.view.messages):
-            widget.set_branch(*branches.position(message_id))
+        for widget in self.view.messages:
+            widget.set_branch(*branches.position(self._id_of(widget)))
         return True
 
     def _last_index(self, role: str) -> int:
         return max((i for i, m in enumerate(self.view.messages) if m.role == role), default=-1)
 
     def _parent_of(self, index: int) -> int | None:
-        return self._ids[index - 1] if index > 0 else None
+        """The stored message before view position ``index`` (None at the start)."""
+        return self._id_at(index - 1) if index > 0 else None
+
+    def _id_at(self, index: int) -> int:
+        return self._id_of(self.view.messages[index])
+
+    @staticmethod
+    def _id_of(widget: MessageWidget) -> int:
+        assert widget.message_id is not None  # the controller shows stored messages only
+        return widget.message_id

@@ -131,9 +131,12 @@ class MessageWidget(QFrame):
     continue_requested = Signal()
     branch_requested = Signal(int)  # -1: the previous alternative, +1: the next
 
-    def __init__(self, role: str, renderer: MarkdownRenderer, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, role: str, renderer: MarkdownRenderer, message_id: int | None = None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.role = role
+        self.message_id = message_id  # the stored message shown (None: not stored)
         self.renderer = renderer
         self._text = ""
         self.state = "complete"

@@ -11,7 +11,8 @@ from app.chat.message_widget import MessageWidget
 
 class ChatView(QScrollArea):
     """Message widgets top to bottom; Edit sits on every user message, Regenerate on every answer,
-    Continue on the last one when it was cut off. Signals carry the message's index in the view."""
+    Continue on the last one when it was cut off. Signals carry the message's index in the view; a
+    widget added with its stored message's id is found again by :meth:`widget_for`."""
 
     edit_submitted = Signal(int, str)
     regenerate_requested = Signal(int)
@@ -57,8 +58,10 @@ class ChatView(QScrollArea):
         self._messages.clear()
         self.placeholder.setVisible(True)
 
-    def add_message(self, role: str, text: str = "", status: str = "complete") -> MessageWidget:
-        widget = MessageWidget(role, self.renderer)
+    def add_message(
+        self, role: str, text: str = "", status: str = "complete", message_id: int | None = None
+    ) -> MessageWidget:
+        widget = MessageWidget(role, self.renderer, message_id)
         widget.set_text(text)
         widget.set_status(status)
         widget.edit_submitted.connect(lambda text: self.edit_submitted.emit(self._index(widget), text))
@@ -71,6 +74,10 @@ class ChatView(QScrollArea):
         self._follow = True
         self.set_busy(self._busy)
         return widget
+
+    def widget_for(self, message_id: int) -> MessageWidget | None:
+        """The widget showing stored message ``message_id`` (None: not on show)."""
+        return next((widget for widget in self._messages if widget.message_id == message_id), None)
 
     def remove_from(self, index: int) -> None:
         """Remove the message at ``index`` and all after it."""
