@@ -14,7 +14,7 @@ import pytest
 from app.window.single_instance import InstanceLock
 from app.window.system_libraries import debian_package, missing_libraries, not_found, uses_xcb, xcb_plugin
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
