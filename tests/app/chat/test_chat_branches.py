@@ -1,5 +1,4 @@
-"""Edits and regenerations as branches, the per-chat system prompt and sampling presets, in the real window
-with the tiny model."""
+"""Edits and regenerations as branches and the per-chat system prompt, in the real window with the tiny model."""
 
 from __future__ import annotations
 
@@ -7,8 +6,7 @@ from dataclasses import replace
 
 from PySide6.QtCore import Qt
 
-from core.presets import BUILTIN, PRESETS_FILE, PresetStore
-from core.settings import SamplingSettings, SettingsStore
+from core.settings import SamplingSettings
 
 
 def record_requests(window) -> list:
@@ -168,47 +166,3 @@ def test_each_chat_has_its_own_system_prompt(tiny_settings, open_window, ui, app
     assert again.system_prompt_bar.label.text() == "No system prompt"
     again.new_chat()
     assert "A new default." in again.system_prompt_bar.label.text()
-
-
-def test_presets_from_the_toolbar(tiny_settings, open_window, ui, app_paths) -> None:
-    tiny_settings()
-    window = open_window()
-    controls = window.preset_controls
-    assert controls.combo.currentText() == "Custom"  # the tests' 24-token limit matches no preset
-    assert [controls.combo.itemText(i) for i in range(3)] == ["Precise", "Balanced", "Creative"]
-    controls.combo.setCurrentIndex(1)
-    controls.combo.activated.emit(1)
-    assert window.settings.current.sampling == BUILTIN[1].sampling
-    assert SettingsStore(app_paths.config_dir).load().settings.sampling == BUILTIN[1].sampling
-    assert not controls.delete_action.isEnabled()  # built-in presets stay
-
-    mine = replace(BUILTIN[1].sampling, temperature=0.3, max_new_tokens=6, seed=3)
-    window.apply_settings(replace(window.settings.current, sampling=mine))  # as the Settings dialog does
-    assert controls.combo.currentText() == "Custom"
-    assert not controls.save_as("Balanced")
-    assert "built-in" in window.notice.text
-    assert controls.save_as("Short and warm")
-    assert controls.combo.currentText() == "Short and warm" and controls.delete_action.isEnabled()
-    ui.send(window, "hi")
-    assert ui.stored(window)[-1].stats["new_tokens"] <= 6
-    window.close()
-
-    again = open_window(wait_for_model=False)
-    assert again.preset_controls.combo.currentText() == "Short and warm"
-    assert PresetStore(app_paths.config_dir).load().user[0].sampling == mine
-    again.preset_controls.combo.activated.emit(0)
-    assert again.settings.current.sampling == BUILTIN[0].sampling
-    assert again.preset_controls.delete("Short and warm")
-    assert PresetStore(app_paths.config_dir).load().user == ()
-    assert again.preset_controls.combo.count() == 3
-
-
-def test_a_damaged_presets_file_is_reported_and_the_window_still_opens(tiny_settings, open_window, app_paths) -> None:
-    tiny_settings()
-    (app_paths.config_dir / PRESETS_FILE).write_text(
-        '{"presets": [{"name": "x", "sampling": {"top_p": 7}}]}', encoding="utf-8"
-    )
-    window = open_window(wait_for_model=False)
-    assert "presets file could not be used" in window.notice.text
-    assert window.preset_controls.combo.count() == 4  # the built-in ones and Custom
-    assert len(list(app_paths.config_dir.glob("presets.invalid-*.json"))) == 1

@@ -1,4 +1,4 @@
-"""The main window end to end with the tiny model: stream, stop, regenerate, modes (edits: test_chat_branches)."""
+"""The main window end to end with the tiny model: stream, stop, regenerate, sampling (edits: test_chat_branches)."""
 
 from __future__ import annotations
 
@@ -53,33 +53,6 @@ def test_regenerate_keeps_the_old_answer_as_a_branch(tiny_settings, open_window,
     assert ui.stored(window)[-1].id == first.id
     assert window.chat_view.messages[-1].text == first.content
     assert window.chat_view.messages[-1].branch_label.text() == "1/2"
-
-
-def test_mode_toggle_applies_to_the_next_answer_and_is_recorded(tiny_settings, open_window, ui) -> None:
-    tiny_settings(mode="lookahead")
-    window = open_window()
-    window.mode_controls.plain.click()
-    ui.send(window, "one")
-    window.mode_controls.lookahead.click()
-    ui.send(window, "two")
-    modes = [m.mode for m in ui.stored(window) if m.role == "assistant"]
-    assert modes[0] == "plain"
-    assert modes[1].startswith("lookahead W")
-    assert window.settings.current.mode == "lookahead"
-    assert "lookahead W" in window.chat_view.messages[-1].figures.text()
-
-
-def test_fixed_lookahead_settings_are_one_click_away(tiny_settings, open_window, ui) -> None:
-    tiny_settings(mode="lookahead")
-    window = open_window()
-    editor = window.mode_controls.editor
-    editor.auto.setChecked(False)
-    editor.window.setValue(3)
-    editor.ngram.setValue(3)
-    editor.guesses.setValue(2)
-    assert window.mode_controls.settings_button.text() == "W3 N3 G2"
-    ui.send(window, "hi")
-    assert ui.stored(window)[-1].mode == "lookahead W3 N3 G2"
 
 
 def test_sampling_settings_reach_the_answer(tiny_settings, open_window, ui) -> None:

@@ -1,4 +1,4 @@
-"""Conversation list, export, Markdown view, composer keys, dialogs, settings, theme, offline mode."""
+"""Conversation list, export, dialogs, settings and theme, live figures, offline mode, jobs on the worker, run_gui."""
 
 from __future__ import annotations
 
@@ -6,16 +6,11 @@ import json
 import os
 import time
 
-from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QInputDialog, QLabel, QMessageBox
 
-from app.chat.composer import Composer
-from app.chat.view import ChatView
-from app.settings.dialog import SettingsDialog
 from core.compare.record import Comparison
 from core.engine.jobs import JobFailure, StepsJob
-from core.models.options import ModelSource
 from core.progress import CancelToken
 from core.settings import Settings
 
@@ -82,109 +77,6 @@ def test_export_markdown_and_json(tiny_settings, open_window, ui, tmp_path) -> N
     window.export_to(conv, "md", tmp_path / "missing-dir" / "x" / "chat.md")  # folders are created
     window.export_to(conv, "md", tmp_path / "chat.json" / "bad.md")  # a file where a folder should be
     assert "Could not export" in window.notice.text
-
-
-def test_markdown_code_blocks_are_highlighted_and_copyable(qtbot) -> None:
-    view = ChatView()
-    qtbot.addWidget(view)
-    widget = view.add_message("assistant", "Here:\n\n```python\ndef f(x):\n    return x + 1\n```\n")
-    assert widget.code_blocks == ["def f(x):\n    return x + 1"]
-    html = widget.segments[0].toHtml()
-    assert "Copy" in html and "color:" in html
-    widget.segments[0].anchorClicked.emit(QUrl("copy:0"))
-    assert QGuiApplication.clipboard().text() == "def f(x):\n    return x + 1"
-    widget.copy_button.click()
-    assert QGuiApplication.clipboard().text().startswith("Here:")
-
-
-def test_streamed_text_is_rendered_within_a_tenth_of_a_second(qtbot) -> None:
-    view = ChatView()
-    qtbot.addWidget(view)
-    widget = view.add_message("assistant", "", "generating")
-    widget.append("**bold** and ```")
-    widget.append("python\nx = 1")
-    qtbot.waitUntil(lambda: "x = 1" in widget.shown_text, timeout=1000)
-    assert widget.status.text() == "generating…"
-
-
-def test_streaming_renders_finished_blocks_once_and_only_the_tail_again(qtbot) -> None:
-    view = ChatView()
-    qtbot.addWidget(view)
-    widget = view.add_message("assistant", "", "generating")
-    widget.append("First paragraph.\n\n```python\nx = 1\n\ny = 2\n")
-    qtbot.waitUntil(lambda: "y = 2" in widget.shown_text, timeout=1000)
-    first = widget.segments[0]
-    assert first.toPlainText().strip() == "First paragraph."  # the blank line inside the fence is no split
-    widget.append("```\n\nDone.")
-    qtbot.waitUntil(lambda: "Done." in widget.shown_text, timeout=1000)
-    assert widget.segments[0] is first and first.toPlainText().strip() == "First paragraph."
-    assert widget.code_blocks == ["x = 1\n\ny = 2"]
-    widget.finish(widget.text)
-    assert "Done." in widget.segments[-1].toPlainText()
-    widget.render()  # a full render collapses the segments
-    assert len(widget.segments) == 1 and "Done." in widget.shown_text
-
-
-def test_stable_prefix_ends_at_a_blank_line_outside_code() -> None:
-    from app.chat.message_widget import stable_prefix_length
-
-    assert stable_prefix_length("a\n\nb") == 3
-    assert stable_prefix_length("a\n\n```\nx\n\ny") == 3
-    assert stable_prefix_length("a\n\n```\nx\n\n```\n\nz") == len("a\n\n```\nx\n\n```\n\n")
-    assert stable_prefix_length("no blank line yet") == 0
-
-
-def test_enter_sends_and_shift_enter_adds_a_line(qtbot) -> None:
-    composer = Composer()
-    qtbot.addWidget(composer)
-    sent: list[str] = []
-    composer.send_requested.connect(sent.append)
-    qtbot.keyClicks(composer.box, "line one")
-    qtbot.keyClick(composer.box, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
-    qtbot.keyClicks(composer.box, "line two")
-    assert sent == []
-    qtbot.keyClick(composer.box, Qt.Key.Key_Return)
-    assert sent == ["line one\nline two"]
-    composer.set_busy(True)
-    qtbot.keyClick(composer.box, Qt.Key.Key_Return)
-    assert len(sent) == 1 and composer.button.text() == "Stop"
-
-
-def test_settings_dialog_edits_and_validates(qtbot, app_paths) -> None:
-    dialog = SettingsDialog(Settings(), app_paths)
-    qtbot.addWidget(dialog)
-    dialog.temperature.setValue(0.7)
-    dialog.top_k.setValue(40)
-    dialog.seed.setValue(7)
-    dialog.system_prompt.setPlainText("Be brief.")
-    dialog.theme.setCurrentIndex(2)
-    dialog.source_kind.setCurrentIndex(1)
-    dialog.location.setText("/models/llama")
-    dialog.dtype.setCurrentText("bf16")
-    assert "CPU: int8 weights" in dialog.quantization.itemText(
-        2
-    ) and "CUDA: bitsandbytes" in dialog.quantization.itemText(2)
-    dialog.quantization.setCurrentIndex(2)
-    result = dialog.result_settings()
-    assert result.load.quantization == "8bit"
-    assert result.sampling.temperature == 0.7 and result.sampling.top_k == 40 and result.sampling.seed == 7
-    assert result.source == ModelSource("folder", "/models/llama") and result.load.dtype == "bf16"
-    assert result.system_prompt == "Be brief." and result.theme == "dark"
-    dialog.location.setText("")
-    dialog.accept()
-    assert dialog.error.isVisibleTo(dialog) and "needs a location" in dialog.error.text()
-
-
-def test_hub_download_failure_is_shown_in_the_dialog(qtbot, app_paths) -> None:
-    dialog = SettingsDialog(Settings(), app_paths)
-    qtbot.addWidget(dialog)
-    dialog.source_kind.setCurrentIndex(3)
-    dialog.location.setText("someone/some-model")
-    dialog.download_button.click()
-    assert dialog.downloading
-    qtbot.waitUntil(lambda: not dialog.downloading, timeout=60_000)
-    assert "someone/some-model" in dialog.download_status.text()
-    assert dialog.download_button.isEnabled()
 
 
 def test_theme_switch_and_dialogs(tiny_settings, open_window, qtbot) -> None:
