@@ -145,6 +145,6 @@ def _parse_config(spec: str) -> LookaheadConfig:
 def _save_chart(rows: Any, path: Path) -> None:
     """Draw the per-suite chart with the app's QPainter charts (offscreen)."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from app.charts import save_bench_chart  # Qt, only to draw the chart: after the platform is set
+    from app.compare.charts import save_bench_chart  # Qt, only to draw the chart: after the platform is set
 
     save_bench_chart(rows, path)

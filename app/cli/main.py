@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return self_test.run(paths)
     if args.command is None:
-        from app.main import run_gui  # Qt loads only for the window
+        from app.window.main import run_gui  # Qt loads only for the window
 
         return run_gui(paths)
     from core.models.errors import ModelError  # core.models loads torch: not for --help and argument errors

@@ -8,7 +8,7 @@ from PySide6.QtCore import QRectF, QSize, QTimer
 from PySide6.QtGui import QPainter, QPaintEvent
 from PySide6.QtWidgets import QWidget
 
-from app.charts import LOOKAHEAD_COLOR, ChartStyle, Series, paint_histogram, paint_timeline
+from app.compare.charts import LOOKAHEAD_COLOR, ChartStyle, Series, paint_histogram, paint_timeline
 
 LIVE_REPAINT_MS = (
     1000  # while streaming, repaint at most once a second: drawing competes with decoding for the CPU and the GIL

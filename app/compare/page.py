@@ -23,29 +23,35 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.charts import LOOKAHEAD_COLOR, PLAIN_COLOR, comparison_histogram, comparison_series, save_comparison_chart
 from app.compare.chart_views import HistogramView, TimelineView
+from app.compare.charts import (
+    LOOKAHEAD_COLOR,
+    PLAIN_COLOR,
+    comparison_histogram,
+    comparison_series,
+    save_comparison_chart,
+)
 from app.compare.panes import RunPane
 from app.compare.runner import CompareRunner, ModelCall
 from app.compare.suites_panel import SuitesPanel
 from app.compare.summary_strip import ERROR_COLOR, SummaryStrip
+from app.settings.live import LiveSettings
 from core.compare import LOOKAHEAD, PLAIN, Comparison, RunDone, RunStarted, RunStep, summarize
 from core.compare.export import export_csv, export_json
 from core.compare.store import ComparisonStore
 from core.engine.jobs import JobFailure
 from core.paths import AppPaths
-from core.settings import Settings
 
 EXAMPLE_PROMPT = "Write a Python function that checks whether a number is prime."
 
 
 class ComparePage(QWidget):
-    """Self-contained: give it a :data:`~app.compare.runner.ModelCall` and where to read the settings.
+    """Self-contained: give it a :data:`~app.compare.runner.ModelCall` and the settings in use.
 
     Args:
         call: runs a job with the loaded model off the GUI thread (``None`` while none is loaded).
         paths: the app's folders (comparisons are kept under ``data_dir``).
-        settings: returns the current settings (lookahead parameters, system prompt, max tokens).
+        settings: the settings in use, read at each run (lookahead parameters, system prompt, max tokens).
         conversation: returns the current conversation's id; comparisons are kept with it.
 
     ``busy_changed`` tells the window when a comparison or suite run holds the model.
@@ -57,7 +63,7 @@ class ComparePage(QWidget):
         self,
         call: ModelCall | None,
         paths: AppPaths,
-        settings: Callable[[], Settings],
+        settings: LiveSettings,
         conversation: Callable[[], str | int | None] = lambda: None,
         parent: QWidget | None = None,
     ) -> None:
@@ -84,7 +90,9 @@ class ComparePage(QWidget):
         self.prompt = QPlainTextEdit(EXAMPLE_PROMPT)
         self.prompt.setPlaceholderText("A prompt to answer both ways")
         self.prompt.setFixedHeight(64)
-        self.max_tokens = QSpinBox(minimum=8, maximum=4096, value=min(self.settings().sampling.max_new_tokens, 256))
+        self.max_tokens = QSpinBox(
+            minimum=8, maximum=4096, value=min(self.settings.current.sampling.max_new_tokens, 256)
+        )
         self.repeats = QSpinBox(minimum=1, maximum=50, value=1)
         self.repeats.setToolTip("Repeats alternate which mode goes first; the summary shows medians and spread.")
         self.compare_button = QPushButton("Compare")
@@ -149,12 +157,7 @@ class ComparePage(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(body, 1)
 
-    # --- what the window sets -------------------------------------------------------------------
-
-    def set_model_call(self, call: ModelCall | None) -> None:
-        """The loaded model to use (``None`` while none is loaded)."""
-        self.runner.call = call
-        self._on_busy(self.runner.busy)
+    # --- the conversation on show ---------------------------------------------------------------
 
     @property
     def conversation_id(self) -> str | None:
@@ -181,7 +184,7 @@ class ComparePage(QWidget):
         self.histogram.set_counts({})
         self._show_status("Warming up\u2026")
         self.runner.compare(
-            prompt, self.settings(), self.max_tokens.value(), self.repeats.value(), self.conversation_id
+            prompt, self.settings.current, self.max_tokens.value(), self.repeats.value(), self.conversation_id
         )
 
     def stop(self) -> None:
@@ -193,7 +196,7 @@ class ComparePage(QWidget):
     def run_suites(self, prompts_per_suite: int) -> None:
         self.suites.begin()
         self._show_status("Running the built-in suites\u2026")
-        self.runner.run_suites(self.settings(), self.max_tokens.value(), prompts_per_suite)
+        self.runner.run_suites(self.settings.current, self.max_tokens.value(), prompts_per_suite)
 
     def export_to(self, path: Path, kind: str) -> None:
         """Export the shown comparison: ``kind`` is json, csv or png."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.job_signals import JobSignals
+from app.bridge.signals import JobSignals
 from core.compare import CompareRequest, ComparisonRun, RunStep
 from core.compare.suites import run_suites
 from core.engine.jobs import StepsJob

@@ -216,7 +216,7 @@ def _measure_variants(
         return calibration
     finally:
         copies.models.clear()  # the copies not kept are freed; no gc.collect() here: on this (worker) thread it can
-        # destroy Qt objects off the GUI thread, a crash (app/gc_guard.py collects on the GUI thread)
+        # destroy Qt objects off the GUI thread, a crash (app/window/gc_guard.py collects on the GUI thread)
 
 
 @dataclass

@@ -4,7 +4,7 @@ A chat answer, a comparison run and a suite run are each an iterator of steps. :
 drives one off the GUI thread and reports to a :class:`JobListener` in the shape of superqt's
 ``GeneratorWorker``: ``yielded`` (steps in batches, at most once per :data:`EMIT_INTERVAL_S`),
 then exactly one of ``errored``, ``aborted`` or ``finished``. No Qt here: the window adapts a
-listener to Qt signals (``app/job_signals.py``); the command line and a local server can use it
+listener to Qt signals (``app/bridge/signals.py``); the command line and a local server can use it
 as is.
 """
 

@@ -1,6 +1,6 @@
 """The model thread: one background thread that owns the one model in memory and runs loads and jobs in order.
 
-The window (through its Qt adapter, ``app.engine_bridge``) and ``lookahead-chat serve`` both run on
+The window (through its Qt adapter, ``app.bridge.model_worker``) and ``lookahead-chat serve`` both run on
 it; the local server submits its answers to whichever runs it. Callers only queue work and cancel
 tokens; what happens comes back through :class:`ModelEvents` and each job's own listener, on this
 thread. No job's failure, of any kind, stops it.

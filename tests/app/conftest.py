@@ -50,7 +50,7 @@ def tiny_settings(app_paths: AppPaths, tiny_model_folder: Path) -> Callable[...,
 @pytest.fixture
 def open_window(qtbot, app_paths: AppPaths) -> Iterator[Callable[..., object]]:
     """Open a main window over ``app_paths`` (waiting for the model unless told not to); closed at teardown."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     windows: list[MainWindow] = []
 

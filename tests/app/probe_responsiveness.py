@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.main import enable_offline_mode, leave
+from app.window.main import enable_offline_mode, leave
 
 log = logging.getLogger("probe")
 PROMPT = (
@@ -31,7 +31,7 @@ def main(seconds: float, mode: str) -> int:
     from PySide6.QtCore import QElapsedTimer, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from core.paths import AppPaths
     from core.settings import SamplingSettings, Settings, SettingsStore
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from app.main import enable_offline_mode, leave
+from app.window.main import enable_offline_mode, leave
 
 log = logging.getLogger("screenshots")
 PROMPT = "Write a Python function that checks whether a string is a palindrome, then show how to call it."
@@ -53,8 +53,8 @@ def main(out: Path) -> int:
     os.environ["PIP_NO_CACHE_DIR"] = "1"  # show a real download, not pip's cached copy
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow
-    from app.settings_dialog import SettingsDialog
+    from app.settings.dialog import SettingsDialog
+    from app.window.main_window import MainWindow
     from core.paths import AppPaths
     from core.settings import SamplingSettings, Settings, SettingsStore
 
@@ -72,26 +72,26 @@ def main(out: Path) -> int:
         if not wait_until(lambda: window.model is not None, 180):
             log.error("the default model did not load: %s", window.load_panel.label.text())
             return 1
-        window.settings = replace(window.settings, sampling=SamplingSettings(max_new_tokens=32))
+        window.settings.update(sampling=SamplingSettings(max_new_tokens=32))
         window.composer.box.setPlainText("Suggest a packing list for a weekend hike.")
         window.composer.submit()
         wait_until(lambda: not window.chat.busy, 300)
         window.new_chat()
-        window.settings = replace(window.settings, sampling=SamplingSettings(max_new_tokens=400))
+        window.settings.update(sampling=SamplingSettings(max_new_tokens=400))
         window.composer.box.setPlainText(PROMPT)
         window.composer.submit()
         if not wait_until(lambda: past_code_block(window, 60) or not window.chat.busy, 600) or not window.chat.busy:
             log.warning("the answer ended before a code block and more text streamed; the screenshots show it finished")
         settle()
         window.grab().save(str(out / "main-light.png"))
-        window.apply_settings(replace(window.settings, theme="dark"))
+        window.apply_settings(replace(window.settings.current, theme="dark"))
         settle()
         window.grab().save(str(out / "main-dark.png"))
         window.chat.stop()
         wait_until(lambda: not window.chat.busy, 30)
-        window.apply_settings(replace(window.settings, theme="light"))
+        window.apply_settings(replace(window.settings.current, theme="light"))
 
-        dialog = SettingsDialog(window.settings, paths, window)
+        dialog = SettingsDialog(window.settings.current, paths, window)
         dialog.show()
         settle()
         dialog.grab().save(str(out / "settings.png"))

@@ -1,7 +1,7 @@
 """Out of memory during a decoding step (CUDA): the error type, and that the cache memory comes back.
 
 The GPU is filled with ballast after a few steps, so the next step's allocations fail for real.
-The app's worker catches ``torch.OutOfMemoryError`` and shows its advice (app/worker.py,
+The app's worker catches ``torch.OutOfMemoryError`` and shows its advice (core/engine/jobs.py,
 OOM_ADVICE); this checks what it relies on: that error type, the decoder dropping its KV cache,
 the memory returning once the ballast is gone, and a new decoding running afterwards.
 """
@@ -22,7 +22,7 @@ SLACK_BYTES = 16 << 20  # step layouts cached on the device by core.lookahead.st
 @dataclass
 class OomResult:
     raised: str | None  # the exception's type name, None if no step failed
-    caught_by_worker: bool  # an instance of torch.OutOfMemoryError, which app/worker.py catches
+    caught_by_worker: bool  # an instance of torch.OutOfMemoryError, which core/engine/jobs.py catches
     message: str
     steps_before: int  # decoding steps that ran before the ballast
     tokens_kept: int  # tokens decoded before the failure (the worker keeps their text)

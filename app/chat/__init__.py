@@ -1,0 +1,1 @@
+"""The chat: its controller, the message view and widgets, the composer, Markdown, the chat list, system prompts."""

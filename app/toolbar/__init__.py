@@ -1,0 +1,1 @@
+"""The toolbar's controls: decoding mode (Auto, Plain, Lookahead) and sampling presets."""

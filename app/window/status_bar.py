@@ -1,0 +1,73 @@
+"""The live figures at the bottom: device and memory, state and tok/s, tokens per step, context."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+
+from core.engine.answer_job import AnswerFigures
+from core.engine.ready import ModelInfo
+
+
+class FiguresBar(QStatusBar):
+    """Always-visible figures; the window updates them several times a second while generating."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setSizeGripEnabled(False)
+        self.device = QLabel("no model")
+        self.state = QLabel("starting")
+        self.rate = QLabel("")
+        self.step = QLabel("")
+        self.context = QLabel("")
+        self.auto = QLabel("")
+        for label in (self.device, self.state, self.rate, self.step, self.auto):
+            self.addWidget(label)
+        self.addPermanentWidget(self.context)
+
+    def set_model(self, info: ModelInfo | None) -> None:
+        if info is None:
+            self.device.setText("no model")
+            self.context.setText("")
+            return
+        prefix = "GPU: " if info.device_kind == "cuda" else ""
+        self.device.setText(f"{prefix}{info.device_label} · {info.precision}")
+        self.auto.setText(info.auto_reason)
+        self.auto.setToolTip(
+            "What Auto runs, from a short measurement of this machine made once per model, dtype and thread count"
+        )
+        self.set_context(0, info.context_length)
+
+    def set_device_label(self, label: str, kind: str, precision: str) -> None:
+        prefix = "GPU: " if kind == "cuda" else ""
+        self.device.setText(f"{prefix}{label} · {precision}")
+
+    def set_state(self, text: str) -> None:
+        self.state.setText(text)
+
+    def set_rate(self, tokens_per_second: float | None, tokens_per_step: float | None) -> None:
+        self.rate.setText("" if tokens_per_second is None else f"{tokens_per_second:.1f} tok/s")
+        self.step.setText("" if tokens_per_step is None else f"{tokens_per_step:.2f} tokens/step")
+
+    def set_context(self, used: int, maximum: int) -> None:
+        self.context.setText(f"context {used} / {maximum}")
+
+    def show_live(
+        self,
+        started: bool,
+        tokens_per_second: float | None,
+        tokens_per_step: float | None,
+        context: tuple[int, int] | None,
+    ) -> None:
+        """The answer being generated: ``started`` once the model works on it (before: waiting behind other
+        work), wall-clock tok/s (moves between steps too), tokens/step, and (tokens used, context length)."""
+        self.set_state("generating" if started else "waiting for the model")
+        self.set_rate(tokens_per_second, tokens_per_step)
+        if context is not None:
+            self.set_context(*context)
+
+    def show_final(self, figures: AnswerFigures, model: ModelInfo | None) -> None:
+        """The last answer's final figures, kept until the next one starts."""
+        self.set_state(f"last answer ({figures.mode})")
+        self.set_rate(figures.tokens_per_second, figures.tokens_per_step)
+        if model is not None:
+            self.set_context(figures.prompt_tokens + figures.new_tokens, model.context_length)

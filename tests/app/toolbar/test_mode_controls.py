@@ -1,0 +1,30 @@
+"""The toolbar's decoding mode in the real window with the tiny model: Plain / Lookahead, and fixed W, N, G."""
+
+from __future__ import annotations
+
+
+def test_mode_toggle_applies_to_the_next_answer_and_is_recorded(tiny_settings, open_window, ui) -> None:
+    tiny_settings(mode="lookahead")
+    window = open_window()
+    window.mode_controls.plain.click()
+    ui.send(window, "one")
+    window.mode_controls.lookahead.click()
+    ui.send(window, "two")
+    modes = [m.mode for m in ui.stored(window) if m.role == "assistant"]
+    assert modes[0] == "plain"
+    assert modes[1].startswith("lookahead W")
+    assert window.settings.current.mode == "lookahead"
+    assert "lookahead W" in window.chat_view.messages[-1].figures.text()
+
+
+def test_fixed_lookahead_settings_are_one_click_away(tiny_settings, open_window, ui) -> None:
+    tiny_settings(mode="lookahead")
+    window = open_window()
+    editor = window.mode_controls.editor
+    editor.auto.setChecked(False)
+    editor.window.setValue(3)
+    editor.ngram.setValue(3)
+    editor.guesses.setValue(2)
+    assert window.mode_controls.settings_button.text() == "W3 N3 G2"
+    ui.send(window, "hi")
+    assert ui.stored(window)[-1].mode == "lookahead W3 N3 G2"

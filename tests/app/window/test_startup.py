@@ -1,0 +1,151 @@
+"""Starting the window: missing X11 libraries named in one line, one window per data folder."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from app.window.single_instance import InstanceLock
+from app.window.system_libraries import debian_package, missing_libraries, not_found, uses_xcb, xcb_plugin
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def start_app() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start `python -m app` (the window) as its own process over a home folder; killed at teardown."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(home: Path, **env: str) -> subprocess.Popen[str]:
+        environ = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(home), "QT_QPA_PLATFORM": "offscreen", **env}
+        environ = {k: v for k, v in environ.items() if v != ""}  # "" removes a variable
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "app"],
+                cwd=ROOT,
+                env=environ,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
+        return started[-1]
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(
+    "soname, package",
+    [
+        ("libxcb-cursor.so.0", "libxcb-cursor0"),
+        ("libxcb-icccm.so.4", "libxcb-icccm4"),
+        ("libxcb-render-util.so.0", "libxcb-render-util0"),
+        ("libxkbcommon-x11.so.0", "libxkbcommon-x11-0"),
+        ("libEGL.so.1", "libegl1"),
+        ("libdbus-1.so.3", "libdbus-1-3"),
+        ("oddname", "oddname"),
+    ],
+)
+def test_debian_package_names(soname: str, package: str) -> None:
+    assert debian_package(soname) == package
+
+
+def test_ldd_output_is_read_for_missing_system_libraries() -> None:
+    output = (
+        "\tlinux-vdso.so.1 (0x00007ffc)\n"
+        "\tlibQt6XcbQpa.so.6 => not found\n"
+        "\tlibxcb-icccm.so.4 => not found\n"
+        "\tlibxcb.so.1 => /lib/x86_64-linux-gnu/libxcb.so.1 (0x00007f)\n"
+        "\tlibxcb-icccm.so.4 => not found\n"
+        "\tlibxcb-cursor.so.0 => not found\n"
+    )
+    assert not_found(output) == ["libxcb-icccm.so.4", "libxcb-cursor.so.0"]  # a broken bundle is not an apt problem
+
+
+def test_which_platform_needs_the_xcb_check() -> None:
+    linux = sys.platform.startswith("linux")
+    assert uses_xcb({"DISPLAY": ":0"}) is linux
+    assert uses_xcb({"QT_QPA_PLATFORM": "xcb"}) is linux
+    assert not uses_xcb({"QT_QPA_PLATFORM": "offscreen"})
+    assert not uses_xcb({"WAYLAND_DISPLAY": "wayland-0"})
+
+
+def test_missing_xcb_libraries_are_named_in_one_line_instead_of_qt_aborting(tmp_path: Path, start_app) -> None:
+    missing = missing_libraries(xcb_plugin())
+    if not missing:
+        pytest.skip("every library of Qt's xcb plugin is installed on this machine")
+    proc = start_app(tmp_path, QT_QPA_PLATFORM="", WAYLAND_DISPLAY="", DISPLAY=":99")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert err.count("\n") == 1 and err.startswith("error: Qt cannot open a window")
+    assert "sudo apt install " + " ".join(debian_package(m) for m in missing) in err
+    assert not (tmp_path / "data").exists()  # refused before anything was opened
+
+
+def test_the_lock_is_held_once_per_data_folder(tmp_path: Path, qtbot) -> None:
+    first, second = InstanceLock(tmp_path / "a"), InstanceLock(tmp_path / "a")
+    assert first.acquire()
+    assert not second.acquire() and second.owner_pid() == os.getpid()
+    assert InstanceLock(tmp_path / "b").acquire()  # another folder is another instance
+    first.release()
+    assert second.acquire()
+    second.release()
+
+
+def test_the_lock_of_a_crashed_window_is_taken_over(tmp_path: Path) -> None:
+    crash = (
+        "import os, sys; from pathlib import Path; from app.window.single_instance import InstanceLock; "
+        "lock = InstanceLock(Path(sys.argv[1])); assert lock.acquire(); os.kill(os.getpid(), 9)"
+    )
+    proc = subprocess.run([sys.executable, "-c", crash, str(tmp_path)], cwd=ROOT, capture_output=True, timeout=120)
+    assert proc.returncode == -9 and (tmp_path / "window.lock").exists()
+    lock = InstanceLock(tmp_path)
+    assert lock.acquire()
+    lock.release()
+
+
+def test_a_second_start_brings_the_window_forward_and_leaves_its_live_answer_alone(
+    tiny_settings, open_window, app_paths, qtbot, start_app
+) -> None:
+    tiny_settings()
+    lock = InstanceLock(app_paths.data_dir)
+    assert lock.acquire()  # what run_gui does before it opens the window
+    window = open_window()
+    lock.activated.connect(window.bring_to_front)
+    conv = window.store.create_conversation("live")
+    window.store.add_message(conv.id, "user", "question")
+    live = window.store.add_message(conv.id, "assistant", "half an ans", status="generating")
+    window.showMinimized()
+
+    second = start_app(app_paths.config_dir.parent, LOOKAHEAD_CHAT_CACHE=str(app_paths.cache_dir))
+    qtbot.waitUntil(lambda: second.poll() is not None, timeout=60_000)  # the first window keeps serving meanwhile
+    out, err = second.communicate()
+    assert second.returncode == 0, err[-2000:]
+    assert "already running" in out and "brought to the front" in out
+    qtbot.waitUntil(lambda: not window.isMinimized(), timeout=5_000)
+    with sqlite3.connect(app_paths.data_dir / "history.sqlite3") as conn:
+        assert conn.execute("SELECT status FROM messages WHERE id = ?", (live.id,)).fetchone() == ("generating",)
+    lock.release()
+
+
+def test_a_second_start_that_cannot_reach_the_first_says_so_and_exits(tmp_path: Path, qtbot, start_app) -> None:
+    lock = InstanceLock(tmp_path / "data")
+    assert lock.acquire()
+    lock._server.close()  # the first instance holds the folder but does not answer
+    proc = start_app(tmp_path)
+    qtbot.waitUntil(lambda: proc.poll() is not None, timeout=60_000)
+    out, err = proc.communicate()
+    assert proc.returncode == 1
+    assert err.startswith("error: Lookahead Chat is already running for") and "could not be reached" in err
+    assert f"(process {os.getpid()})" in err
+    lock.release()
