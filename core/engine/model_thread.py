@@ -170,12 +170,14 @@ class ModelThread:
         if job.cancel.cancelled:
             return
         self._release_model()
-        last = [0.0]
+        last: list = [0.0, None]  # when, and which stage, was last reported
 
         def progress(stage: str, fraction: float) -> None:
+            """At most every EMIT_INTERVAL_S, but a new stage and a stage's end always go through: a
+            stage that is over ("Model ready") must never stay on screen while the next one runs."""
             now = time.monotonic()
-            if now - last[0] >= EMIT_INTERVAL_S or fraction >= 1.0:
-                last[0] = now
+            if now - last[0] >= EMIT_INTERVAL_S or fraction >= 1.0 or stage != last[1]:
+                last[0], last[1] = now, stage
                 self.events.load_progress(stage, fraction)
 
         try:
