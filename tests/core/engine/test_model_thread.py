@@ -33,7 +33,9 @@ def test_a_first_load_says_it_measures_as_soon_as_the_model_is_ready(tiny_model_
     events = Events()
     thread = ModelThread(app_paths, events)
     try:
-        thread.load(ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu", dtype="auto", quantization="none"))
+        thread.load(
+            ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu", dtype="auto", quantization="none")
+        )
         assert events.loaded.wait(300) and not isinstance(events.info, str), events.info
     finally:
         assert thread.shutdown(10)
