@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from app.cli.loading import load_from_args
 from app.cli.output import end_progress_line, one_line_errors, progress_printer
+from core.chat.answer import prompt_budget
 from core.chat.prompt import Message
 from core.engine.answer_job import AnswerFigures, AnswerJob, AnswerOutcome, AnswerRequest, AnswerStart
 from core.engine.ready import make_ready
@@ -35,11 +36,12 @@ class _Printer:
 @one_line_errors
 def run(args: argparse.Namespace, paths: AppPaths) -> int:
     settings, loaded = load_from_args(args, paths)
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else settings.sampling.max_new_tokens
+    prompt_budget(loaded.context_length, max_new)  # before Auto's first measurement, which takes a while
     ready = make_ready(loaded, paths.ensure(), progress=progress_printer())
     end_progress_line()  # a failed measurement stops short of 100%
     mode = args.mode or settings.mode
     system = (Message("system", settings.system_prompt),) if settings.system_prompt else ()
-    max_new = args.max_new_tokens if args.max_new_tokens is not None else settings.sampling.max_new_tokens
     request = AnswerRequest(
         (*system, Message("user", args.prompt)),
         mode,

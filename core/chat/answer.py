@@ -15,6 +15,21 @@ from core.models.loader import LoadedModel
 from core.progress import CancelToken
 from core.settings import SamplingSettings
 
+MIN_PROMPT_TOKENS = 16
+"""Fewer than this left for the prompt and not even a short question fits."""
+
+
+def prompt_budget(context_length: int, max_new_tokens: int) -> int:
+    """The tokens left for the prompt; ValueError with what to do when too few are (checked before
+    a load's measurements too, so a command line learns it at once)."""
+    budget = context_length - max_new_tokens
+    if budget < MIN_PROMPT_TOKENS:
+        raise ValueError(
+            f"max new tokens ({max_new_tokens}) leaves no room for the prompt in this model's "
+            f"context of {context_length} tokens. Lower 'max new tokens'."
+        )
+    return budget
+
 
 @dataclass(frozen=True)
 class AnswerDelta:
@@ -50,12 +65,7 @@ class Answer:
         cancel: CancelToken | None = None,
         sampling: SamplingSettings | None = None,
     ) -> None:
-        budget = loaded.context_length - max_new_tokens
-        if budget < 16:
-            raise ValueError(
-                f"max new tokens ({max_new_tokens}) leaves no room for the prompt in this model's "
-                f"context of {loaded.context_length} tokens. Lower 'max new tokens'."
-            )
+        budget = prompt_budget(loaded.context_length, max_new_tokens)
         if isinstance(messages, str):
             prompt = raw_prompt(loaded.tokenizer, messages, budget)
         else:

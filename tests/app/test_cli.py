@@ -105,7 +105,9 @@ def test_ask_cuda_absent_is_a_clean_error(tiny_model_folder: Path, home: Path, c
 def test_ask_too_many_new_tokens_is_a_clean_error(tiny_model_folder: Path, home: Path, capsys) -> None:
     # the tiny model's context is 1024 tokens
     assert main(["ask", "hi", "--model", str(tiny_model_folder), "--device", "cpu", "--max-new-tokens", "1020"]) == 1
-    assert "error: max new tokens (1020) leaves no room" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error: max new tokens (1020) leaves no room" in err
+    assert "Measuring" not in err  # said at once, before Auto's measurement
 
 
 def test_bundled_pip_passthrough(capsys) -> None:
