@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,20 @@ def make_model(config, seed: int = 0, attn: str = "sdpa"):
     torch.manual_seed(seed)
     config._attn_implementation = attn
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attn).eval()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One compiled-step cache for the whole session, children and subprocesses included.
+
+    Shared, a shape compiled by one test loads in the next (compiling takes seconds, loading a
+    fraction); per session, no test depends on what an earlier run left in the user's cache, and
+    none writes there. Tests that must see a compile set their own folder.
+    """
+    folder = tmp_path_factory.mktemp("inductor")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session")
