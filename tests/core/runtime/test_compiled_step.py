@@ -44,7 +44,7 @@ def _layer_calls(model, decode) -> int:
 
 @pytest.fixture(scope="module")
 def compiled_fp32():
-    model = make_model(tiny_llama_config(96, rms_norm_eps=1e-5), seed=3)
+    model = make_model(tiny_llama_config(96), seed=3)  # the shape most tests here compile: one package for them all
     eager = {seed: Decoding(model, _prompt(seed), max_new_tokens=40) for seed in range(3)}
     for decoding in eager.values():
         list(decoding)
@@ -132,12 +132,16 @@ def test_quantized_weights_compile_and_decode_as_their_eager_step(bits: int) -> 
 
 def test_models_loaded_one_after_another_each_run_their_own_compiled_step() -> None:
     """Switching models in the app: each shape and kind of weights gets its own compiled layer."""
+    from core.runtime.compiled.parallel import compile_in_parallel
     from core.runtime.weights.quantized import quantize_model
 
-    models = [make_model(tiny_llama_config(96, hidden_size=48 + 16 * i), seed=i) for i in range(3)]
+    # the int8 and int4 shapes are the quantized test's: in the session's cache they load, the others compile
+    models = [make_model(tiny_llama_config(96, hidden_size=48), seed=0)]
+    models += [make_model(tiny_llama_config(96), seed=1), make_model(tiny_llama_config(96), seed=2)]
     quantize_model(models[1], 8)
     quantize_model(models[2], 4)
     models.append(make_model(tiny_llama_config(96, attention_bias=True, mlp_bias=True), seed=3))  # joined biases
+    compile_in_parallel(models)  # what is not in the cache yet compiles side by side, as calibration does
     prepared = [compiled(model) for model in models]
     for model in prepared:
         decoding = Decoding(model, _prompt(1), max_new_tokens=12)
@@ -201,10 +205,12 @@ def test_with_avx2_the_products_read_the_model_dtype_and_int8_takes_torchs_kerne
         "from tests.conftest import make_model, tiny_llama_config\n"
         "from core.lookahead import Decoding\n"
         "from core.runtime.weights.quantized import quantize_model\n"
+        "from core.runtime.compiled.parallel import compile_in_parallel\n"
         "from tests.core.runtime.test_compiled_step import _layer_calls, _prompt, compiled\n"
-        "for bits in (None, 8):\n"
-        "    model = make_model(tiny_llama_config(96), seed=7)\n"
-        "    if bits: quantize_model(model, bits)\n"
+        "models = {bits: make_model(tiny_llama_config(96), seed=7) for bits in (None, 8)}\n"
+        "quantize_model(models[8], 8)\n"
+        "compile_in_parallel(list(models.values()))  # side by side, as calibration compiles them\n"
+        "for bits, model in models.items():\n"
         "    eager = Decoding(model, _prompt(0), max_new_tokens=24); list(eager)\n"
         "    prepared = compiled(model)\n"
         "    spec = prepared.compiled.spec\n"
@@ -233,9 +239,16 @@ def test_a_model_converted_after_compiling_runs_eager_again() -> None:
 
 
 def test_a_damaged_package_is_compiled_again(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    import shutil
+
+    from core.runtime.compiled.package import compile_job
+
     model = make_model(tiny_llama_config(96), seed=5)
-    compiled(model)
+    compiled(model)  # in the session's cache: loaded there if an earlier test compiled this shape
+    whole = compile_job(model).path
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    compile_job(model).path.parent.mkdir(parents=True)
+    shutil.copy(whole, compile_job(model).path)
     packages = list((tmp_path / "inductor" / "lookahead-steps").glob("*.pt2"))
     assert len(packages) == 1
     packages[0].write_bytes(b"not a package")  # a disk error, or a copy cut short
