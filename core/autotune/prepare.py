@@ -22,6 +22,7 @@ from core.autotune.compile_choice import KeptCompiledStep, choose_compiled_step
 from core.autotune.layout import choose_layout
 from core.autotune.measure import measure_step_seconds
 from core.autotune.store import CalibrationStore, Learned
+from core.models.device import NAME_BY_DTYPE
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import Cancelled, CancelToken, ProgressCallback, no_progress
@@ -76,6 +77,7 @@ class AutoTuning:
     calibration: Calibration | None = None
     chooser: AutoChooser | None = None
     store: CalibrationStore | None = None
+    rounding: str = ""  # what rounds differently at each step size (see rounding_by_step_size), "" if nothing
 
     def save_learned(self) -> None:
         """Keep what the answers measured (tokens per step per setting) for the next start."""
@@ -92,6 +94,30 @@ class AutoTuning:
         self.store.add_learned(self.calibration, measured)
         self.calibration = self.calibration.with_learned(measured)
         self.chooser = AutoChooser(self.calibration)
+        self.reason = auto_reason(self.calibration, self.rounding)
+
+
+def rounding_by_step_size(loaded: LoadedModel) -> str:
+    """What of ``loaded`` may round differently in steps of different sizes ("" for fp32 weights).
+
+    Greedy lookahead is exact in fp32; in bf16, fp16 or quantized weights, a step that feeds several
+    tokens runs other kernels than a 1-token step and may round a near tie the other way, so a greedy
+    answer depends on the step sizes that produced it.
+    """
+    if loaded.quantization != "none":
+        return {"8bit": "int8 weights", "4bit": "4-bit weights"}.get(loaded.quantization, loaded.quantization)
+    return "" if loaded.dtype == torch.float32 else f"{NAME_BY_DTYPE.get(loaded.dtype, str(loaded.dtype))} weights"
+
+
+def auto_reason(calibration: Calibration, rounding: str) -> str:
+    """The status line: what Auto runs and why, and, where its steps of other sizes round differently and
+    it may run them, that the same greedy question may get a slightly different answer another time."""
+    if rounding and any(setting is not None for setting in calibration.arms()):
+        return (
+            f"{calibration.reason}; greedy answers may differ slightly from run to run ({rounding} round "
+            "differently in lookahead steps, and Auto's choice of steps follows its measurements)"
+        )
+    return calibration.reason
 
 
 def ensure_calibrated(
@@ -117,7 +143,8 @@ def ensure_calibrated(
         store.write(calibration)
         progress(STAGE, 1.0)
     log.info("%s (calibration %.1f s)", calibration.reason, calibration.seconds)
-    return AutoTuning(calibration.reason, calibration, AutoChooser(calibration), store)
+    rounding = rounding_by_step_size(loaded)
+    return AutoTuning(auto_reason(calibration, rounding), calibration, AutoChooser(calibration), store, rounding)
 
 
 def calibrate_or_plain(
