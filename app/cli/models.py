@@ -40,6 +40,11 @@ def models(args: argparse.Namespace, paths: AppPaths) -> int:
 @one_line_errors
 def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
     """Write a model (the default one unless --model) as a safetensors folder, optionally in parts."""
+    out = Path(args.out)
+    problem = _export_folder_problem(out)
+    if problem:  # said before the model loads (the default model takes about 40 s)
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     source = source_from_spec(args.model) if args.model else ModelSource()
     loaded = load_model(
         source,
@@ -49,7 +54,7 @@ def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
     )
     try:
         result = write_export(
-            loaded, Path(args.out), DTYPE_BY_NAME[args.dtype], args.split_mb * 10**6 if args.split_mb > 0 else None
+            loaded, out, DTYPE_BY_NAME[args.dtype], args.split_mb * 10**6 if args.split_mb > 0 else None
         )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -62,6 +67,15 @@ def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
             "(gpu_check --model joins them by itself)."
         )
     return 0
+
+
+def _export_folder_problem(out: Path) -> str | None:
+    """Why ``out`` cannot take an export (a file, or a folder with something in it); None when it can."""
+    if out.is_dir() and any(out.iterdir()):
+        return f"The export folder {out} is not empty: choose a new folder, or empty this one first."
+    if out.exists() and not out.is_dir():
+        return f"The export folder {out} is a file: choose a new folder."
+    return None
 
 
 @one_line_errors

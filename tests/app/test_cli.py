@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +197,32 @@ def test_piped_the_answer_ends_its_line_before_the_statistics(tiny_model_folder:
     stats = [line for line in proc.stdout.splitlines() if "tokens/step (plain; " in line]
     assert len(stats) == 1 and stats[0].startswith("6 tokens, "), proc.stdout[-1000:]
     assert proc.stdout.endswith(stats[0] + "\n"), proc.stdout[-300:]  # the answer's own last newline came before it
+
+
+def test_serve_refuses_a_busy_port_before_the_model_loads(home: Path, tmp_path: Path, capsys) -> None:
+    with socket.socket() as busy:  # another program listening on the port
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        # the model does not exist: reaching the load (and the ~20 s of calibration after it) would say so
+        assert main(["serve", "--model", str(tmp_path / "no-such-model"), "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the server could not listen on 127.0.0.1:{port} (")
+    assert "--port" in err and "does not exist" not in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("occupied", ["folder", "file"])
+def test_export_refuses_an_unusable_out_before_the_model_loads(
+    occupied: str, home: Path, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "out"
+    if occupied == "folder":
+        out.mkdir()
+        (out / "mine.txt").write_text("keep me")
+    else:
+        out.write_text("keep me")
+    assert main(["export-model", "--model", str(tmp_path / "no-such-model"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: The export folder {out} ") and "does not exist" not in err
+    assert "new folder" in err and len(err.splitlines()) == 1
+    assert (out / "mine.txt" if occupied == "folder" else out).read_text() == "keep me"
