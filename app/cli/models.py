@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.cli.loading import load_from_args
+from app.cli.loading import command_settings, load_named_model
 from app.cli.output import one_line_errors, progress_printer
 from core.bench.export import export_model as write_export
 from core.bench.perplexity import perplexity, quality_text_path
@@ -89,12 +89,14 @@ def quality(args: argparse.Namespace, paths: AppPaths) -> int:
         )
         return 1
     text = quality_text_path().read_text(encoding="utf-8")
-    print("| quantization | dtype | perplexity |\n|---|---|---:|")
-    for quantization in chosen:
+    settings = command_settings(paths)
+    for index, quantization in enumerate(chosen):
         args.quantization = quantization
-        _, loaded = load_from_args(args, paths)
+        loaded = load_named_model(args, settings, paths)
         ids = loaded.tokenizer(text)["input_ids"]
         value = perplexity(loaded.model, ids)
+        if index == 0:  # once a model loaded: a model that cannot load leaves only its error
+            print("| quantization | dtype | perplexity |\n|---|---|---:|")
         print(f"| {quantization} | {str(loaded.dtype).removeprefix('torch.')} | {value:.3f} |")
     print(
         f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -226,3 +227,38 @@ def test_export_refuses_an_unusable_out_before_the_model_loads(
     assert err.startswith(f"error: The export folder {out} ") and "does not exist" not in err
     assert "new folder" in err and len(err.splitlines()) == 1
     assert (out / "mine.txt" if occupied == "folder" else out).read_text() == "keep me"
+
+
+def test_a_folder_without_tokenizer_is_one_short_error(tiny_model_folder: Path, home: Path, tmp_path: Path, capsys):
+    folder = tmp_path / "no-tokenizer"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model_folder / name, folder / name)
+    assert main(["ask", "hi", "--model", str(folder), "--device", "cpu"]) == 1
+    message = capsys.readouterr().err.split("error: ", 1)[1]
+    assert message.count("\n") == 1 and message.endswith("\n")  # one line (the library's own text ran to 6)
+    assert len(message) < 200 + len(str(folder)) and "Add the model's tokenizer files" in message
+
+
+def test_a_home_that_is_a_file_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    home = tmp_path / "passwd"
+    home.write_text("root:x:0:0")
+    monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(home))
+    assert main(["ask", "hi", "--model", str(tmp_path / "no-such-model")]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: Lookahead Chat cannot create its folder {home / 'config'}: {home} is a file, not a folder. "
+        "Point LOOKAHEAD_CHAT_HOME at a folder, or unset it.\n"
+    )
+    assert home.read_text() == "root:x:0:0"
+
+
+def test_quality_on_a_model_that_cannot_chat_prints_only_the_error(home: Path, tmp_path: Path, capsys) -> None:
+    from transformers import BertConfig
+
+    folder = tmp_path / "bert"
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(folder)
+    assert main(["quality", "--model", str(folder), "--device", "cpu"]) == 1
+    out = capsys.readouterr()
+    assert out.out == ""  # no table header above the error
+    assert out.err.splitlines()[-1].startswith("error: The model is a 'bert', not a decoder-only causal")
