@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,31 @@ def test_quality_on_a_model_that_cannot_chat_prints_only_the_error(home: Path, t
     out = capsys.readouterr()
     assert out.out == ""  # no table header above the error
     assert out.err.splitlines()[-1].startswith("error: The model is a 'bert', not a decoder-only causal")
+
+
+def test_ask_with_a_100_mb_system_prompt_in_the_settings_answers_with_a_warning(
+    tiny_model_folder: Path, home: Path, caplog
+) -> None:
+    """Issue 28: accepted silently, the 100 MB prompt took minutes to tokenize before any answer."""
+    (home / "config").mkdir()
+    (home / "config" / "settings.json").write_text(json.dumps({"system_prompt": "Be brief. " * 10_000_000}))
+    args = ["ask", "hi", "--model", str(tiny_model_folder), "--device", "cpu", "--mode", "plain"]
+    assert main([*args, "--max-new-tokens", "4"]) == 0
+    [warning] = [r for r in caplog.records if r.name == "core.settings"]  # on stderr, outside pytest
+    message = warning.getMessage()
+    assert message.startswith("The settings file could not be used (the system prompt has 100,000,000 characters")
+    assert "Default settings are in effect" in message
+
+
+def test_the_longest_system_prompt_ends_an_answer_quickly_with_a_clear_error(
+    tiny_model_folder: Path, home: Path, capsys
+) -> None:
+    from core.settings import MAX_SYSTEM_PROMPT, Settings, SettingsStore
+
+    SettingsStore(home / "config").save(Settings(system_prompt="Be brief. " * (MAX_SYSTEM_PROMPT // 10)))
+    start = time.perf_counter()
+    args = ["ask", "hi", "--model", str(tiny_model_folder), "--device", "cpu", "--mode", "plain"]
+    assert main([*args, "--max-new-tokens", "4"]) == 1
+    assert time.perf_counter() - start < 60  # about 5 s here, load included
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("error: The message is too long for the model's context")
