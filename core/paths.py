@@ -10,6 +10,12 @@ from pathlib import Path
 import platformdirs
 
 APP_NAME = "lookahead-chat"
+HOME_VARIABLE = "LOOKAHEAD_CHAT_HOME"
+CACHE_VARIABLE = "LOOKAHEAD_CHAT_CACHE"
+
+
+class AppFolderError(OSError):
+    """A folder of the app cannot be created; ``str(err)`` says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -26,8 +32,8 @@ class AppPaths:
 
     @classmethod
     def default(cls) -> AppPaths:
-        home = os.environ.get("LOOKAHEAD_CHAT_HOME")
-        cache = os.environ.get("LOOKAHEAD_CHAT_CACHE")
+        home = os.environ.get(HOME_VARIABLE)
+        cache = os.environ.get(CACHE_VARIABLE)
         cache_dir = Path(cache) if cache else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
         if home:
             return cls(Path(home) / "config", Path(home) / "data", cache_dir)
@@ -43,10 +49,32 @@ class AppPaths:
         return self.cache_dir / "models"
 
     def ensure(self) -> AppPaths:
-        """Create the folders if they are missing; returns self."""
+        """Create the folders if they are missing; returns self.
+
+        Raises:
+            AppFolderError: one cannot be created (a file in the way, no permission).
+        """
         for folder in (self.config_dir, self.data_dir, self.cache_dir):
-            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise AppFolderError(_folder_problem(folder, err)) from err
         return self
+
+
+def _folder_problem(folder: Path, err: OSError) -> str:
+    """Why ``folder`` could not be created and what to do, in one line."""
+    blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    reason = f"{blocker} is a file, not a folder" if blocker else (err.strerror or str(err)).lower()
+    variable = next(
+        (v for v in (HOME_VARIABLE, CACHE_VARIABLE) if os.environ.get(v) and folder.is_relative_to(os.environ[v])),
+        None,
+    )
+    if variable:
+        todo = f"Point {variable} at a folder{'' if blocker else ' you can write to'}, or unset it."
+    else:
+        todo = f"Move that file, or set {HOME_VARIABLE} to another folder." if blocker else "Check the permissions."
+    return f"Lookahead Chat cannot create its folder {folder}: {reason}. {todo}"
 
 
 def resource_path(*parts: str) -> Path:

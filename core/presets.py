@@ -1,7 +1,8 @@
 """Named sampling presets: a few built in, the user's own saved atomically in ``presets.json``.
 
 A file that cannot be used is moved aside (never overwritten or deleted) and the built-in presets
-stay available, as for the settings file.
+stay available, as for the settings file. A file with some bad entries loads the others: the file
+as it was is moved aside, and the presets that loaded are written back.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from core.aside import set_aside_note
+from core.aside import move_aside, set_aside_note
 from core.atomic import write_json_atomic
 from core.settings import SamplingSettings, Settings
 
@@ -81,19 +82,43 @@ class PresetStore:
         self.path = config_dir / PRESETS_FILE
 
     def load(self) -> LoadedPresets:
-        """The saved presets; none (and a problem message) when the file is invalid, which is moved aside."""
+        """The saved presets; none (and a problem message) when the file is invalid, which is moved aside.
+
+        Entries that cannot be used are left out, named in the problem message, and kept in the file
+        as it was, which is moved aside (see :meth:`_left_out`).
+        """
         if not self.path.exists():
             return LoadedPresets()
         try:
-            return LoadedPresets(_from_json(json.loads(self.path.read_text(encoding="utf-8"))))
+            user, dropped = _from_json(json.loads(self.path.read_text(encoding="utf-8")))
         except RecursionError:
             return self._set_aside("it is nested too deeply")
         except (OSError, ValueError) as err:  # JSON and Unicode errors are ValueErrors too
             return self._set_aside(str(err).rstrip("."))
+        return LoadedPresets(user, self._left_out(user, dropped) if dropped else None)
 
     def save(self, user: tuple[Preset, ...]) -> None:
         """Write the user's presets atomically (a temp file renamed over the old one)."""
         write_json_atomic(self.path, {"presets": [{"name": p.name, "sampling": asdict(p.sampling)} for p in user]})
+
+    def _left_out(self, user: tuple[Preset, ...], dropped: list[str]) -> str:
+        """Move the file as it was aside and write ``user`` back: the bad entries are kept, not lost at the
+        next save, and not reported again at the next start. Returns the problem message."""
+        verb = "was" if len(dropped) == 1 else "were"
+        problem = f"Part of the sampling presets file could not be used: {'; '.join(dropped)} {verb} left out"
+        problem += "; the other presets loaded." if user else "."
+        try:
+            aside = move_aside(self.path, "invalid")
+        except OSError as err:
+            problem += f" The file could not be moved aside ({err.strerror or err}) and stays as it is."
+        else:
+            problem += f" The file as it was is kept as {aside.name}."
+            try:
+                self.save(user)
+            except OSError as err:
+                problem += f" The presets that loaded could not be written back ({err.strerror or err})."
+        log.warning(problem)
+        return problem
 
     def _set_aside(self, reason: str) -> LoadedPresets:
         kept = set_aside_note(self.path)
@@ -102,15 +127,26 @@ class PresetStore:
         return LoadedPresets((), problem)
 
 
-def _from_json(data: Any) -> tuple[Preset, ...]:
+def _from_json(data: Any) -> tuple[tuple[Preset, ...], list[str]]:
+    """The presets in ``data``, and each entry that could not be used: its name (or number) and why."""
     if not isinstance(data, dict) or not isinstance(data.get("presets"), list):
         raise ValueError('the file does not hold an object with a "presets" list')
     presets: list[Preset] = []
-    for entry in data["presets"]:
-        if not isinstance(entry, dict):
-            raise ValueError("a preset is not an object")
-        name = check_name(entry.get("name"))
-        if any(p.name.casefold() == name.casefold() for p in presets):
-            raise ValueError(f"two presets are named “{name}”")
-        presets.append(Preset(name, Settings.from_json({"sampling": entry.get("sampling")}).sampling))
-    return tuple(presets)
+    dropped: list[str] = []
+    for number, entry in enumerate(data["presets"], 1):
+        try:
+            presets.append(_preset(entry, presets))
+        except ValueError as err:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            label = f"“{name.strip()}”" if isinstance(name, str) and name.strip() else f"preset {number}"
+            dropped.append(f"{label} ({str(err).rstrip('.')})")
+    return tuple(presets), dropped
+
+
+def _preset(entry: Any, earlier: list[Preset]) -> Preset:
+    if not isinstance(entry, dict):
+        raise ValueError("it is not an object")
+    name = check_name(entry.get("name"))
+    if any(p.name.casefold() == name.casefold() for p in earlier):
+        raise ValueError(f"two presets are named “{name}”")
+    return Preset(name, Settings.from_json({"sampling": entry.get("sampling")}).sampling)

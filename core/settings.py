@@ -22,6 +22,9 @@ THEMES = ("system", "light", "dark")
 MODES = ("auto", "plain", "lookahead")  # auto: the fastest exact decoding measured here (core.autotune.chooser)
 MAX_TOP_K = 1000  # the settings dialog's range
 MAX_SEED = 2**31 - 1
+# About 250,000 tokens of ordinary text (a token is some 4 characters): more than the longest context (128k
+# tokens) of the models this app runs, so a longer prompt would not fit; tokenizing this many takes about 2 s.
+MAX_SYSTEM_PROMPT = 1_000_000
 
 
 def check_types(settings: Any) -> None:
@@ -144,6 +147,11 @@ class Settings:
             raise ValueError(f"mode must be one of {', '.join(MODES)} (got {self.mode!r}).")
         if self.theme not in THEMES:
             raise ValueError(f"theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")
+        if len(self.system_prompt) > MAX_SYSTEM_PROMPT:  # tokenizing it would keep each answer waiting for minutes
+            raise ValueError(
+                f"the system prompt has {len(self.system_prompt):,} characters; at most {MAX_SYSTEM_PROMPT:,} fit "
+                "the context of any model this app runs: shorten it."
+            )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from core.paths import AppPaths
+from core.paths import AppFolderError, AppPaths
 
 MAX_NEW_TOKENS = 32768  # the settings' limit
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -58,7 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(LOG_FORMAT) if args.verbose else OneLineFormatter(LOG_FORMAT))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
-    paths = AppPaths.default()
+    try:
+        paths = AppPaths.default().ensure()  # a home that is a file is said at once, before any command runs
+    except AppFolderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if args.self_test:
         from app.cli import self_test  # the command's own module, as below
 
@@ -67,14 +71,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.window.main import run_gui  # Qt loads only for the window
 
         return run_gui(paths)
-    from core.models.errors import ModelError  # core.models loads torch: not for --help and argument errors
+    from app.cli.output import error_message  # core.engine and core.models load torch: not for --help
+    from core.models.errors import ModelError
 
     module, function = COMMANDS[args.command]
     command = getattr(importlib.import_module(module), function)  # only the chosen command's modules load
     try:
         return int(command(args, paths))
     except ModelError as err:  # its message says what happened and what to do
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {error_message(err, 'The command', verbose=args.verbose)}", file=sys.stderr)
         return 1
 
 

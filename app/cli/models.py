@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.cli.loading import load_from_args
+from app.cli.loading import command_settings, load_named_model
 from app.cli.output import one_line_errors, progress_printer
 from core.bench.export import export_model as write_export
 from core.bench.perplexity import perplexity, quality_text_path
@@ -40,6 +40,11 @@ def models(args: argparse.Namespace, paths: AppPaths) -> int:
 @one_line_errors
 def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
     """Write a model (the default one unless --model) as a safetensors folder, optionally in parts."""
+    out = Path(args.out)
+    problem = _export_folder_problem(out)
+    if problem:  # said before the model loads (the default model takes about 40 s)
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     source = source_from_spec(args.model) if args.model else ModelSource()
     loaded = load_model(
         source,
@@ -49,7 +54,7 @@ def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
     )
     try:
         result = write_export(
-            loaded, Path(args.out), DTYPE_BY_NAME[args.dtype], args.split_mb * 10**6 if args.split_mb > 0 else None
+            loaded, out, DTYPE_BY_NAME[args.dtype], args.split_mb * 10**6 if args.split_mb > 0 else None
         )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -64,6 +69,15 @@ def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0
 
 
+def _export_folder_problem(out: Path) -> str | None:
+    """Why ``out`` cannot take an export (a file, or a folder with something in it); None when it can."""
+    if out.is_dir() and any(out.iterdir()):
+        return f"The export folder {out} is not empty: choose a new folder, or empty this one first."
+    if out.exists() and not out.is_dir():
+        return f"The export folder {out} is a file: choose a new folder."
+    return None
+
+
 @one_line_errors
 def quality(args: argparse.Namespace, paths: AppPaths) -> int:
     """Perplexity of the model on the shipped fixed text, per quantization (answer quality before and after)."""
@@ -75,12 +89,14 @@ def quality(args: argparse.Namespace, paths: AppPaths) -> int:
         )
         return 1
     text = quality_text_path().read_text(encoding="utf-8")
-    print("| quantization | dtype | perplexity |\n|---|---|---:|")
-    for quantization in chosen:
+    settings = command_settings(paths)
+    for index, quantization in enumerate(chosen):
         args.quantization = quantization
-        _, loaded = load_from_args(args, paths)
+        loaded = load_named_model(args, settings, paths)
         ids = loaded.tokenizer(text)["input_ids"]
         value = perplexity(loaded.model, ids)
+        if index == 0:  # once a model loaded: a model that cannot load leaves only its error
+            print("| quantization | dtype | perplexity |\n|---|---|---:|")
         print(f"| {quantization} | {str(loaded.dtype).removeprefix('torch.')} | {value:.3f} |")
     print(
         f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})",

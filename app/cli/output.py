@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import sys
 from collections.abc import Callable
 
@@ -12,6 +13,10 @@ from core.paths import AppPaths
 from core.progress import ProgressCallback
 
 Command = Callable[[argparse.Namespace, AppPaths], int]
+DETAILS_HINT = "the details: run it again with --verbose"
+MAX_DETAIL = 120  # a library's own text quoted in a message longer than this is left to --verbose
+
+log = logging.getLogger(__name__)
 
 
 class _StderrLine:
@@ -29,10 +34,25 @@ def one_line_errors(command: Command) -> Command:
             return command(args, paths)
         except Exception as err:
             end_progress_line()
-            print(f"error: {describe_failure(err, 'The command').message}", file=sys.stderr)
+            print(f"error: {error_message(err, 'The command', verbose=args.verbose)}", file=sys.stderr)
             return 1
 
     return run
+
+
+def error_message(err: BaseException, what: str, verbose: bool = False) -> str:
+    """What the user reads about ``err``, on one line.
+
+    Our messages quote the library error they come from; one that runs over several lines (transformers'
+    tokenizer errors take six) or over :data:`MAX_DETAIL` characters is left to ``--verbose``.
+    """
+    message = describe_failure(err, what).message
+    detail = str(err.__cause__ or "").strip()
+    if verbose:
+        log.info("%s failed", what, exc_info=err)
+    elif detail and detail in message and ("\n" in detail or len(detail) > MAX_DETAIL):
+        message = message.replace(detail, DETAILS_HINT)
+    return " ".join(message.split())
 
 
 def end_progress_line() -> None:

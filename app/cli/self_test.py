@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 
-from app.cli.output import progress_printer
-from core.engine.jobs import describe_failure
+from app.cli.output import error_message, progress_printer
 from core.lookahead import Decoding, LookaheadConfig
 from core.models import LoadOptions, ModelSource, load_model
 from core.paths import AppPaths
@@ -16,7 +15,7 @@ def run(paths: AppPaths) -> int:
     try:
         return _self_test(paths)
     except Exception as err:
-        print(f"self-test FAILED: {describe_failure(err, 'The self-test').message}")
+        print(f"self-test FAILED: {error_message(err, 'The self-test')}")
         return 1
 
 

@@ -6,10 +6,12 @@ import argparse
 import asyncio
 import os
 import signal
+import socket
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 
-from app.cli.loading import load_from_args
+from app.cli.loading import command_settings, load_named_model
 from app.cli.output import end_progress_line, one_line_errors, progress_printer
 from core.engine.model_thread import ModelThread
 from core.engine.ready import make_ready
@@ -24,10 +26,7 @@ API_KEY_VARIABLE = "LOOKAHEAD_CHAT_API_KEY"  # serve's API key, kept out of the 
 @one_line_errors
 def run(args: argparse.Namespace, paths: AppPaths) -> int:
     """One model, one model thread, requests in order."""
-    settings, loaded = load_from_args(args, paths)
-    ready = make_ready(loaded, paths.ensure(), progress=progress_printer())
-    end_progress_line()
-    print(ready.auto.reason, file=sys.stderr)
+    settings = command_settings(paths)
     wanted = {
         "port": args.port,
         "api_key": os.environ.get(API_KEY_VARIABLE) if args.api_key is None else args.api_key,
@@ -38,6 +37,20 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         ServerConfig.from_settings(replace(settings.server, allow_network=allow_network)),
         **{k: v for k, v in wanted.items() if v is not None},
     )
+    try:
+        held = _hold_port(config.host, config.port)
+    except OSError as err:
+        print(
+            f"error: the server could not listen on {config.host}:{config.port} ({err.strerror or err}); "
+            "choose another port with --port, or in Settings, Server.",
+            file=sys.stderr,
+        )
+        return 1
+    with held:  # let go just before the server binds it (a lost race still ends in ServerStartError's message)
+        loaded = load_named_model(args, settings, paths)
+        ready = make_ready(loaded, paths.ensure(), progress=progress_printer())
+        end_progress_line()
+    print(ready.auto.reason, file=sys.stderr)
     if config.host != "127.0.0.1" and not config.api_key:
         print("warning: other computers may connect and no API key is set (--api-key)", file=sys.stderr)
     defaults = AnswerDefaults.from_settings(replace(settings, mode=args.mode) if args.mode else settings)
@@ -68,3 +81,19 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     finally:
         runner.close()
     return 0
+
+
+def _hold_port(host: str, port: int) -> AbstractContextManager[object]:
+    """A socket bound to ``host:port`` (raises OSError when that is taken), so a busy port is said before the
+    model loads; port 0 (any free one) holds nothing. Not listening, it turns connections away meanwhile."""
+    if port == 0:
+        return nullcontext()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if os.name == "posix":  # as asyncio's server binds: a port left in TIME_WAIT counts as free
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock

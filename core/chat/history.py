@@ -7,7 +7,7 @@ conversation keeps its own system prompt (none recorded: the default from Settin
 The answer being generated is stored with status ``generating`` and rewritten as it grows; a
 store opened after a crash marks such answers ``interrupted`` (one app instance per data folder,
 so an answer still being generated elsewhere is never mislabelled). :func:`open_history` sets a
-damaged file aside and starts a new one.
+damaged file, or one that is not our history, aside and starts a new one.
 """
 
 from __future__ import annotations
@@ -83,7 +83,42 @@ class HistoryError(Exception):
 
 
 class HistoryDamaged(HistoryError):
-    """The history file is not a readable SQLite database (truncated, overwritten, corrupt)."""
+    """The history file is not a readable SQLite database (truncated, overwritten, corrupt).
+
+    :func:`open_history` sets such a file aside under :attr:`tag`; :meth:`kept_as` and :meth:`stuck`
+    are its notices, which say what already happened (``str(err)`` is for a read that fails later on).
+    """
+
+    tag = "damaged"
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(
+            f"{self.headline} ({reason}). Restart Lookahead Chat: it sets the file aside and starts a new one."
+        )
+
+    @property
+    def headline(self) -> str:
+        return f"The chat history file {self.path} is damaged"
+
+    def kept_as(self, aside: Path) -> str:
+        return f"{self.headline} ({self.reason}). It was kept as {aside}"
+
+    def stuck(self, why: str) -> str:
+        return (
+            f"{self.headline} ({self.reason}), and it could not be moved aside ({why}). Chats of this session "
+            f"will not be kept: move or rename {self.path} yourself, then restart Lookahead Chat."
+        )
+
+
+class HistoryForeign(HistoryDamaged):
+    """Something that is not our history is where it should be: another program's database, a folder."""
+
+    tag = "foreign"
+
+    @property
+    def headline(self) -> str:
+        return f"{self.path} is not a Lookahead Chat history"
 
 
 @dataclass(frozen=True)
@@ -145,18 +180,21 @@ class HistoryStore:
         """Open (or create) the database at ``path``.
 
         Raises:
-            HistoryDamaged: the file is not a readable database (see :func:`open_history`).
+            HistoryDamaged: the file is not a readable database, or (HistoryForeign) not our history
+                (see :func:`open_history`).
             HistoryError: it cannot be opened for another reason (permissions, a newer schema).
         """
         self.path = path
+        if path.exists() and not path.is_file():  # sqlite would say only "unable to open database file"
+            raise HistoryForeign(path, "it is a folder" if path.is_dir() else "it is not a file")
         conn: sqlite3.Connection | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = conn = sqlite3.connect(path, isolation_level=None)
-            conn.execute("PRAGMA journal_mode = WAL")
+            _migrate_ours(conn, path)
+            conn.execute("PRAGMA journal_mode = WAL")  # after the checks: it rewrites the header of the file
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = NORMAL")
-            migrate(self._conn)
             self.recovered = self._mark_interrupted()
         except (sqlite3.Error, UnicodeDecodeError, HistoryError) as err:
             if conn is not None:
@@ -343,12 +381,38 @@ class HistoryStore:
             raise
 
 
+def _migrate_ours(conn: sqlite3.Connection, path: Path) -> None:
+    """Migrate the database if it is a history of ours (or new and empty); never write into anything else
+    (a migration that meets tables of another shape fails, and is rolled back).
+
+    Raises:
+        HistoryForeign: it holds tables we did not make, or lacks ours after the migrations.
+    """
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    if version == 0 and tables:  # each migration sets the version with its tables: these are not ours
+        raise HistoryForeign(path, f"it holds tables Lookahead Chat did not make: {', '.join(tables)}")
+    try:
+        migrate(conn)
+    except sqlite3.Error as err:
+        if getattr(err, "sqlite_errorcode", None) == sqlite3.SQLITE_ERROR:  # our SQL met tables of another shape
+            raise HistoryForeign(path, f"its tables are not ours: {err}") from err
+        raise
+    for table, columns in (("conversations", CONVERSATION_COLUMNS), ("messages", f"{MESSAGE_COLUMNS}, chosen")):
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        missing = [c for c in columns.split(", ") if c not in have]
+        if not have:
+            raise HistoryForeign(path, f"it has no {table} table")
+        if missing:
+            raise HistoryForeign(path, f"its {table} table lacks {', '.join(missing)}")
+
+
 def open_history(data_dir: Path) -> tuple[HistoryStore, str | None]:
     """The history in ``data_dir`` and, when it could not be used as it was, what the user should be told.
 
-    A damaged file (and its journal files) is moved aside under a dated name, never deleted, and a new
-    history is started in its place. When no file can be used, the history lives in memory for this
-    session. Never raises.
+    A damaged file, or one that is not our history (another program's database, a folder), is moved
+    aside with its journal files under a dated name, never deleted, and a new history is started in
+    its place. When no file can be used, the history lives in memory for this session. Never raises.
     """
     path = data_dir / HISTORY_FILE
     try:
@@ -358,20 +422,17 @@ def open_history(data_dir: Path) -> tuple[HistoryStore, str | None]:
     except HistoryError as err:
         return HistoryStore(Path(":memory:")), f"{err} Chats of this session will not be kept."
     try:
-        aside = move_aside(path, "damaged", SQLITE_COMPANIONS)
+        aside = move_aside(path, damage.tag, SQLITE_COMPANIONS)
     except OSError as err:
-        return HistoryStore(Path(":memory:")), (
-            f"{damage} It could not be moved aside ({err.strerror or err}); chats of this session will not be kept. "
-            f"Move or rename {path} yourself, then restart Lookahead Chat."
-        )
-    log.warning("damaged chat history moved to %s", aside)
-    note = f"The chat history file was damaged and could not be read ({damage}). It was kept as {aside}"
+        return HistoryStore(Path(":memory:")), damage.stuck(err.strerror or str(err))
+    log.warning("unusable chat history (%s) moved to %s", damage.reason, aside)
     try:
-        return HistoryStore(path), f"{note}; a new, empty history was started."
+        return HistoryStore(path), f"{damage.kept_as(aside)}; a new, empty history was started."
     except HistoryError as err:
-        return HistoryStore(
-            Path(":memory:")
-        ), f"{note}. A new one could not be started either: {err} Chats of this session will not be kept."
+        return HistoryStore(Path(":memory:")), (
+            f"{damage.kept_as(aside)}. A new one could not be started either: {err} "
+            "Chats of this session will not be kept."
+        )
 
 
 def close_code_fence(text: str) -> str:
@@ -395,10 +456,7 @@ def _history_error(err: sqlite3.Error | UnicodeDecodeError, path: Path) -> Histo
     code = getattr(err, "sqlite_errorcode", None)
     not_utf8 = isinstance(err, UnicodeDecodeError) or "Could not decode to UTF-8" in str(err)  # damaged text
     if code in DAMAGED_CODES or not_utf8:
-        return HistoryDamaged(
-            f"The chat history ({path}) is damaged: {err}. Restart Lookahead Chat: it sets the damaged file aside "
-            "and starts a new one."
-        )
+        return HistoryDamaged(path, str(err))
     if code == sqlite3.SQLITE_FULL or "full" in str(err).lower():
         return HistoryError(
             f"Could not save the chat: the disk is full ({path.parent}). "

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -196,3 +199,95 @@ def test_piped_the_answer_ends_its_line_before_the_statistics(tiny_model_folder:
     stats = [line for line in proc.stdout.splitlines() if "tokens/step (plain; " in line]
     assert len(stats) == 1 and stats[0].startswith("6 tokens, "), proc.stdout[-1000:]
     assert proc.stdout.endswith(stats[0] + "\n"), proc.stdout[-300:]  # the answer's own last newline came before it
+
+
+def test_serve_refuses_a_busy_port_before_the_model_loads(home: Path, tmp_path: Path, capsys) -> None:
+    with socket.socket() as busy:  # another program listening on the port
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        # the model does not exist: reaching the load (and the ~20 s of calibration after it) would say so
+        assert main(["serve", "--model", str(tmp_path / "no-such-model"), "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the server could not listen on 127.0.0.1:{port} (")
+    assert "--port" in err and "does not exist" not in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("occupied", ["folder", "file"])
+def test_export_refuses_an_unusable_out_before_the_model_loads(
+    occupied: str, home: Path, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "out"
+    if occupied == "folder":
+        out.mkdir()
+        (out / "mine.txt").write_text("keep me")
+    else:
+        out.write_text("keep me")
+    assert main(["export-model", "--model", str(tmp_path / "no-such-model"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: The export folder {out} ") and "does not exist" not in err
+    assert "new folder" in err and len(err.splitlines()) == 1
+    assert (out / "mine.txt" if occupied == "folder" else out).read_text() == "keep me"
+
+
+def test_a_folder_without_tokenizer_is_one_short_error(tiny_model_folder: Path, home: Path, tmp_path: Path, capsys):
+    folder = tmp_path / "no-tokenizer"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model_folder / name, folder / name)
+    assert main(["ask", "hi", "--model", str(folder), "--device", "cpu"]) == 1
+    message = capsys.readouterr().err.split("error: ", 1)[1]
+    assert message.count("\n") == 1 and message.endswith("\n")  # one line (the library's own text ran to 6)
+    assert len(message) < 200 + len(str(folder)) and "Add the model's tokenizer files" in message
+
+
+def test_a_home_that_is_a_file_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    home = tmp_path / "passwd"
+    home.write_text("root:x:0:0")
+    monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(home))
+    assert main(["ask", "hi", "--model", str(tmp_path / "no-such-model")]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: Lookahead Chat cannot create its folder {home / 'config'}: {home} is a file, not a folder. "
+        "Point LOOKAHEAD_CHAT_HOME at a folder, or unset it.\n"
+    )
+    assert home.read_text() == "root:x:0:0"
+
+
+def test_quality_on_a_model_that_cannot_chat_prints_only_the_error(home: Path, tmp_path: Path, capsys) -> None:
+    from transformers import BertConfig
+
+    folder = tmp_path / "bert"
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(folder)
+    assert main(["quality", "--model", str(folder), "--device", "cpu"]) == 1
+    out = capsys.readouterr()
+    assert out.out == ""  # no table header above the error
+    assert out.err.splitlines()[-1].startswith("error: The model is a 'bert', not a decoder-only causal")
+
+
+def test_ask_with_a_100_mb_system_prompt_in_the_settings_answers_with_a_warning(
+    tiny_model_folder: Path, home: Path, caplog
+) -> None:
+    """Issue 28: accepted silently, the 100 MB prompt took minutes to tokenize before any answer."""
+    (home / "config").mkdir()
+    (home / "config" / "settings.json").write_text(json.dumps({"system_prompt": "Be brief. " * 10_000_000}))
+    args = ["ask", "hi", "--model", str(tiny_model_folder), "--device", "cpu", "--mode", "plain"]
+    assert main([*args, "--max-new-tokens", "4"]) == 0
+    [warning] = [r for r in caplog.records if r.name == "core.settings"]  # on stderr, outside pytest
+    message = warning.getMessage()
+    assert message.startswith("The settings file could not be used (the system prompt has 100,000,000 characters")
+    assert "Default settings are in effect" in message
+
+
+def test_the_longest_system_prompt_ends_an_answer_quickly_with_a_clear_error(
+    tiny_model_folder: Path, home: Path, capsys
+) -> None:
+    from core.settings import MAX_SYSTEM_PROMPT, Settings, SettingsStore
+
+    SettingsStore(home / "config").save(Settings(system_prompt="Be brief. " * (MAX_SYSTEM_PROMPT // 10)))
+    start = time.perf_counter()
+    args = ["ask", "hi", "--model", str(tiny_model_folder), "--device", "cpu", "--mode", "plain"]
+    assert main([*args, "--max-new-tokens", "4"]) == 1
+    assert time.perf_counter() - start < 60  # about 5 s here, load included
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("error: The message is too long for the model's context")

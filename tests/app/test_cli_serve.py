@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -63,9 +64,12 @@ def test_serve_streams_to_the_openai_client_and_stops_on_ctrl_c(tiny_model_folde
     assert "stopped." in err and "Traceback" not in err
 
 
-def test_serve_stops_cleanly_on_sigterm(tiny_model_folder: Path, tmp_path: Path) -> None:
+def test_serve_on_a_chosen_port_stops_cleanly_on_sigterm(tiny_model_folder: Path, tmp_path: Path) -> None:
     env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(tmp_path)}
     env.pop("LOOKAHEAD_CHAT_CACHE", None)
+    with socket.socket() as probe:  # a free port: serve holds it while the model loads, then the server takes it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     args = [
         "serve",
         "--model",
@@ -75,7 +79,7 @@ def test_serve_stops_cleanly_on_sigterm(tiny_model_folder: Path, tmp_path: Path)
         "--dtype",
         "fp32",
         "--port",
-        "0",
+        str(port),
         "--mode",
         "plain",
     ]
@@ -89,7 +93,7 @@ def test_serve_stops_cleanly_on_sigterm(tiny_model_folder: Path, tmp_path: Path)
     )
     try:
         line = proc.stdout.readline()
-        assert "Serving" in line, line + (proc.stderr.read() if proc.poll() is not None else "")
+        assert f"on http://127.0.0.1:{port}/v1" in line, line + (proc.stderr.read() if proc.poll() is not None else "")
     finally:
         proc.send_signal(signal.SIGTERM)  # what systemd or `docker stop` sends
         out, err = proc.communicate(timeout=30)

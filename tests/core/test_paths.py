@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.atomic import write_json_atomic, write_text_atomic
-from core.paths import APP_NAME, AppPaths, resource_path
+from core.paths import APP_NAME, AppFolderError, AppPaths, resource_path
 
 
 def test_home_and_cache_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,3 +63,21 @@ def test_atomic_writes(tmp_path: Path) -> None:
         write_text_atomic(target, "half \ud800 written")  # fails while writing the temp file
     assert target.read_text(encoding="utf-8") == "ünïcode"
     assert [p.name for p in target.parent.iterdir()] == ["f.json"]  # no temp file left
+
+
+def test_a_file_in_the_way_of_a_folder_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LOOKAHEAD_CHAT_CACHE", str(blocker))  # the folder itself is the file
+    with pytest.raises(AppFolderError) as err:
+        AppPaths.default().ensure()
+    assert str(err.value) == (
+        f"Lookahead Chat cannot create its folder {blocker}: {blocker} is a file, not a folder. "
+        "Point LOOKAHEAD_CHAT_CACHE at a folder, or unset it."
+    )
+    monkeypatch.delenv("LOOKAHEAD_CHAT_HOME")
+    monkeypatch.delenv("LOOKAHEAD_CHAT_CACHE")
+    with pytest.raises(AppFolderError, match="Move that file, or set LOOKAHEAD_CHAT_HOME to another folder"):
+        AppPaths(blocker / "config", tmp_path / "data", tmp_path / "c").ensure()
+    assert blocker.read_text() == "not a folder"

@@ -9,6 +9,7 @@ import pytest
 
 from core.models.options import LoadOptions, ModelSource
 from core.settings import (
+    MAX_SYSTEM_PROMPT,
     SETTINGS_FILE,
     LookaheadSettings,
     SamplingSettings,
@@ -165,6 +166,25 @@ def test_other_validation() -> None:
         Settings.from_json([])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'sampling' must be an object"):
         Settings.from_json({"sampling": 3})
+
+
+def test_a_100_mb_system_prompt_is_refused_at_load(tmp_path: Path) -> None:
+    """Issue 28: accepted silently, it kept every answer on "generating…" for minutes (tokenizing it)."""
+    content = json.dumps({"theme": "dark", "system_prompt": "Be brief. " * 10_000_000})  # 100 MB
+    (tmp_path / SETTINGS_FILE).write_text(content)
+    loaded = SettingsStore(tmp_path).load()
+    [backup] = tmp_path.glob("settings.invalid-*.json")
+    assert loaded.settings == Settings() and backup.read_text() == content
+    assert loaded.problem.startswith(
+        "The settings file could not be used (the system prompt has 100,000,000 characters; "
+        f"at most {MAX_SYSTEM_PROMPT:,} fit the context of any model this app runs: shorten it)."
+    )
+
+
+def test_the_longest_system_prompt_is_accepted_and_one_more_character_refused() -> None:
+    assert len(Settings(system_prompt="x" * MAX_SYSTEM_PROMPT).system_prompt) == MAX_SYSTEM_PROMPT
+    with pytest.raises(ValueError, match=f"the system prompt has {MAX_SYSTEM_PROMPT + 1:,} characters"):
+        Settings(system_prompt="x" * (MAX_SYSTEM_PROMPT + 1))  # the settings dialog shows this message too
 
 
 def test_save_replaces_atomically(tmp_path: Path) -> None:

@@ -241,11 +241,58 @@ def test_a_damaged_history_is_moved_aside_and_a_new_one_started(tmp_path: Path) 
     store, problem = open_history(tmp_path)
     [aside] = tmp_path.glob("history.damaged-*.sqlite3")
     assert aside.read_bytes() == damaged  # kept, byte for byte
-    assert (
-        problem is not None and "was damaged" in problem and str(aside) in problem and "new, empty history" in problem
-    )
-    assert "writable" not in problem
+    assert problem is not None and "is damaged" in problem and str(aside) in problem and "new, empty history" in problem
+    assert "writable" not in problem and "Restart" not in problem  # it was set aside already: nothing left to do
     assert store.path == tmp_path / HISTORY_FILE  # a real file again, not a memory-only session
+    conv = store.create_conversation("after")
+    store.add_message(conv.id, "user", "kept")
+    store.close()
+    again, problem = open_history(tmp_path)  # the next start is clean
+    assert problem is None and [c.title for c in again.conversations()] == ["after"]
+    again.close()
+
+
+def foreign_sqlite(path: Path, schema: str, version: int = 0) -> None:
+    conn = sqlite3.connect(path)
+    conn.executescript(f"{schema}; PRAGMA user_version = {version};")
+    conn.execute("INSERT INTO " + schema.split()[2] + " VALUES (1)")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    "kind, reason",
+    [
+        ("table of our name", "it holds tables Lookahead Chat did not make: conversations"),
+        ("tables of its own", "it holds tables Lookahead Chat did not make: notes"),
+        ("our version, not our columns", "its conversations table lacks id, title, created, updated, system_prompt"),
+        ("a folder", "it is a folder"),
+    ],
+)
+def test_a_file_that_is_not_our_history_is_set_aside_untouched(kind: str, reason: str, tmp_path: Path) -> None:
+    """Issue 28: such files ended in 'table conversations already exists. Check that the folder is writable'
+    or 'unable to open database file', and every later session ran without history."""
+    path = tmp_path / HISTORY_FILE
+    if kind == "table of our name":
+        foreign_sqlite(path, "CREATE TABLE conversations (x)")
+    elif kind == "tables of its own":  # migrating would have written our tables into another program's file
+        foreign_sqlite(path, "CREATE TABLE notes (x)")
+    elif kind == "our version, not our columns":
+        foreign_sqlite(path, "CREATE TABLE conversations (x)", version=SCHEMA_VERSION)
+    else:
+        path.mkdir()
+        (path / "inside.txt").write_text("kept")
+    before = path.read_bytes() if path.is_file() else None
+    store, problem = open_history(tmp_path)
+    [aside] = tmp_path.glob("history.foreign-*.sqlite3")
+    if before is None:
+        assert [p.name for p in aside.iterdir()] == ["inside.txt"]
+    else:
+        assert aside.read_bytes() == before  # never written to
+    assert problem == (
+        f"{path} is not a Lookahead Chat history ({reason}). It was kept as {aside}; a new, empty history was started."
+    )
+    assert store.path == path and path.is_file()  # a real history again, not a memory-only session
     conv = store.create_conversation("after")
     store.add_message(conv.id, "user", "kept")
     store.close()
