@@ -173,15 +173,18 @@ def test_load_failure_is_shown_and_the_app_stays_usable(tiny_settings, open_wind
     assert window.composer.isEnabled()
 
 
-def test_unusable_history_file_is_reported_and_the_session_still_chats(
+def test_a_folder_in_place_of_the_history_is_set_aside_and_the_session_keeps_its_chats(
     tiny_settings, open_window, ui, app_paths
 ) -> None:
     tiny_settings(max_new_tokens=8)
     (app_paths.data_dir / "history.sqlite3").mkdir(parents=True)  # a folder where the database should be
     window = open_window()
-    assert "will not be kept" in window.notice.text
+    [aside] = app_paths.data_dir.glob("history.foreign-*")
+    assert aside.is_dir() and str(aside) in window.notice.text and "new, empty history" in window.notice.text
     ui.send(window, "Hello anyway")
     assert ui.stored(window)[-1].status == "truncated"  # ended normally, at the token limit
+    stored = HistoryStore(app_paths.data_dir / "history.sqlite3")  # kept on disk, not only in memory
+    assert [m.content for m in stored.messages(window.chat.current_id)][0] == "Hello anyway"
 
 
 def test_damaged_history_is_set_aside_and_the_notice_stays_until_dismissed(
