@@ -16,11 +16,12 @@ from aiohttp import web
 from core.progress import CancelToken
 from core.server.activity import Activity
 from core.server.answer_events import AnswerDefaults, Delta, Ended, Event, ServerAnswer, Started
+from core.server.body import json_body
 from core.server.config import ServerConfig
 from core.server.errors import ApiError
 from core.server.guard import OUTCOME, guard
 from core.server.model_runner import ModelRunner
-from core.server.protocol import CompletionRequest, parse_chat, parse_completion, parse_json
+from core.server.protocol import CompletionRequest, parse_chat, parse_completion
 from core.server.responses import MODE_HEADER, TOKENS_PER_STEP_HEADER, Shapes, sse
 
 Parse = Callable[[dict[str, Any], int], CompletionRequest]
@@ -81,7 +82,7 @@ class _Routes:
         return name
 
     async def _complete(self, request: web.Request, parse: Parse) -> web.StreamResponse:
-        wanted = parse(parse_json(await request.read()), self.config.max_tokens)
+        wanted = parse(await json_body(request, self.config), self.config.max_tokens)
         name = self._model_named(wanted.model)
         if self.pending >= self.config.max_pending:
             raise ApiError(
