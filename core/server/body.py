@@ -1,4 +1,9 @@
-"""A request's body: within the size limit, whole within the body timeout (a client that never sends it holds nothing)."""
+"""A request's body: declared as JSON, within the size limit, whole within the body timeout.
+
+Requiring ``application/json`` keeps web pages out a second way: a page can send a form or
+``text/plain`` anywhere, but a JSON body only after a CORS preflight this server answers only
+for the origins the user trusts.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,15 @@ from core.server.protocol import parse_json
 
 
 async def json_body(request: web.Request, config: ServerConfig) -> dict[str, Any]:
-    """The body as a JSON object, or a 413, 408 or 400 that says what to send instead."""
+    """The body as a JSON object, or a 415, 413, 408 or 400 that says what to send instead."""
+    if request.content_type != "application/json":
+        given = request.headers.get("Content-Type")
+        got = f"got {given!r}" if given else "got no Content-Type"
+        raise ApiError(
+            415,
+            f"Send the body as JSON with the header 'Content-Type: application/json' ({got}).",
+            code="unsupported_media_type",
+        )
     if request.content_length is not None and request.content_length > config.max_body_bytes:
         raise ApiError(
             413,

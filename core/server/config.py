@@ -17,7 +17,10 @@ BODY_TIMEOUT_S = 30.0  # for a whole body (at most MAX_BODY_BYTES); else a 408
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """``port`` 0 asks the system for a free port (tests); ``api_key`` empty means no key is asked."""
+    """``port`` 0 asks the system for a free port (tests); ``api_key`` empty means no key is asked.
+
+    ``allowed_hosts`` and ``allowed_origins`` are in the normal form :class:`ServerSettings` gives them.
+    """
 
     host: str = LOOPBACK
     port: int = 8765
@@ -25,6 +28,8 @@ class ServerConfig:
     max_tokens: int = 4096
     max_body_bytes: int = MAX_BODY_BYTES
     max_pending: int = MAX_PENDING
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
     max_connections: int = MAX_CONNECTIONS
     header_timeout_s: float = HEADER_TIMEOUT_S
     body_timeout_s: float = BODY_TIMEOUT_S
@@ -32,4 +37,11 @@ class ServerConfig:
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> ServerConfig:
         host = ALL_INTERFACES if settings.allow_network else LOOPBACK
-        return cls(host, settings.port, settings.api_key, settings.max_tokens)
+        return cls(
+            host,
+            settings.port,
+            settings.api_key,
+            settings.max_tokens,
+            allowed_hosts=settings.allowed_hosts,
+            allowed_origins=settings.allowed_origins,
+        )

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from core.progress import CancelToken
+from core.server.access import add_cors_headers
 from core.server.activity import Activity
 from core.server.answer_events import AnswerDefaults, Delta, Ended, Event, ServerAnswer, Started
 from core.server.body import json_body
@@ -36,6 +37,7 @@ def make_app(
     """The application; ``defaults`` is asked for the app's settings at each request."""
     routes = _Routes(runner, defaults, config)
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[guard(config, activity)])
+    app.on_response_prepare.append(add_cors_headers)
     app.router.add_get("/v1/models", routes.models)
     app.router.add_get("/v1/models/{model}", routes.model)
     app.router.add_post("/v1/chat/completions", routes.chat)
