@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
+from urllib.parse import urlsplit
 
 from core.aside import set_aside_note
 from core.atomic import write_json_atomic
@@ -112,13 +115,19 @@ class LookaheadSettings:
 @dataclass(frozen=True)
 class ServerSettings:
     """The local OpenAI-compatible HTTP server: off by default; loopback only unless ``allow_network``;
-    ``api_key`` (empty: none) is required as ``Authorization: Bearer`` when set."""
+    ``api_key`` (empty: none) is required as ``Authorization: Bearer`` when set.
+
+    ``allowed_hosts`` are the names (besides loopback and this machine's addresses) a client may
+    reach it by, ``allowed_origins`` the web apps whose pages may call it; both empty by default.
+    """
 
     enabled: bool = False
     port: int = 8765
     api_key: str = ""
     allow_network: bool = False
     max_tokens: int = 4096  # the most tokens one request may ask for
+    allowed_hosts: tuple[str, ...] = ()  # e.g. mybox.local
+    allowed_origins: tuple[str, ...] = ()  # e.g. http://localhost:3000
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -126,6 +135,51 @@ class ServerSettings:
             raise ValueError(f"the server port must be between 1 and 65535 (got {self.port}).")
         if not 1 <= self.max_tokens <= 32768:
             raise ValueError(f"the server's max tokens must be between 1 and 32768 (got {self.max_tokens}).")
+        object.__setattr__(self, "allowed_hosts", _texts(self.allowed_hosts, "allowed_hosts", _host_name))
+        object.__setattr__(self, "allowed_origins", _texts(self.allowed_origins, "allowed_origins", _origin))
+
+
+_HOST_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-_")
+_TEXTS_LIKE = {
+    "allowed_hosts": "a host name like mybox.local or an address like 192.168.1.20 (no http://, no port)",
+    "allowed_origins": "an origin like http://localhost:3000 (scheme, host and port; no path)",
+}
+
+
+def _texts(values: Any, name: str, normal: Callable[[str], str | None]) -> tuple[str, ...]:
+    """``values`` (a list of texts) in their normal form; a ValueError naming ``name`` for a bad one."""
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"{name} must be a list of texts (got {values!r}).")
+    result = []
+    for value in values:
+        normalized = normal(value) if isinstance(value, str) else None
+        if normalized is None:
+            raise ValueError(f"{name}: {value!r} is not {_TEXTS_LIKE[name]}.")
+        result.append(normalized)
+    return tuple(result)
+
+
+def _host_name(text: str) -> str | None:
+    """A host name or address as a ``Host`` header carries it, lowercase, without port or final dot."""
+    name = text.strip().lower().rstrip(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name if name and set(name) <= _HOST_CHARACTERS else None
+
+
+def _origin(text: str) -> str | None:
+    """An origin as a browser sends it (``scheme://host[:port]``, lowercase, no path), or None."""
+    parts = urlsplit(text.strip().lower())
+    try:
+        whole = parts.scheme and parts.netloc and "@" not in parts.netloc and parts.port != 0
+    except ValueError:  # a port that is not a number
+        return None
+    if not whole or parts.path not in ("", "/") or parts.query or parts.fragment:
+        return None
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 @dataclass(frozen=True)

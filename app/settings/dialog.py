@@ -46,6 +46,11 @@ QUANTIZATION_LABELS = {
 }
 
 
+def _listed(text: str) -> tuple[str, ...]:
+    """The entries of a comma- or space-separated list."""
+    return tuple(text.replace(",", " ").split())
+
+
 def _combo(values: tuple[str, ...], current: str) -> QComboBox:
     box = QComboBox()
     box.addItems(list(values))
@@ -193,12 +198,26 @@ class SettingsDialog(QDialog):
             "Off: only programs on this computer (127.0.0.1). Set an API key before turning this on."
         )
         self.server_max_tokens = QSpinBox(minimum=1, maximum=32768, value=server.max_tokens)
+        self.server_hosts = QLineEdit(", ".join(server.allowed_hosts))
+        self.server_hosts.setPlaceholderText("none: loopback and this computer's addresses only")
+        self.server_hosts.setToolTip(
+            "Other names clients on the network reach this computer by (e.g. mybox.local), separated by commas. "
+            "Requests for any other name are refused: a web page could pose as it (DNS rebinding)."
+        )
+        self.server_origins = QLineEdit(", ".join(server.allowed_origins))
+        self.server_origins.setPlaceholderText("none: web pages may not use the API")
+        self.server_origins.setToolTip(
+            "Web apps you trust to call the API from a browser (e.g. http://localhost:3000), separated by "
+            "commas. Requests from any other web page are refused."
+        )
         form = QFormLayout(page)
         form.addRow(self.server_enabled)
         form.addRow("Port", self.server_port)
         form.addRow("API key (Bearer)", self.server_key)
         form.addRow(self.server_network)
         form.addRow("Max tokens per request", self.server_max_tokens)
+        form.addRow("Allowed host names", self.server_hosts)
+        form.addRow("Allowed web origins", self.server_origins)
         form.addRow(
             "",
             QLabel(
@@ -232,12 +251,15 @@ class SettingsDialog(QDialog):
             seed=None if self.seed.value() < 0 else self.seed.value(),
             stop_strings=tuple(self.stop_strings.toPlainText().splitlines()),
         )
-        server = ServerSettings(
-            self.server_enabled.isChecked(),
-            self.server_port.value(),
-            self.server_key.text().strip(),
-            self.server_network.isChecked(),
-            self.server_max_tokens.value(),
+        server = replace(
+            self._settings.server,
+            enabled=self.server_enabled.isChecked(),
+            port=self.server_port.value(),
+            api_key=self.server_key.text().strip(),
+            allow_network=self.server_network.isChecked(),
+            max_tokens=self.server_max_tokens.value(),
+            allowed_hosts=_listed(self.server_hosts.text()),
+            allowed_origins=_listed(self.server_origins.text()),
         )
         return replace(
             self._settings,

@@ -33,15 +33,19 @@ def bad_param(param: str, message: str) -> ApiError:
 STATUS_KINDS = {
     400: ("invalid_request_error", "invalid_request"),
     401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "forbidden"),
     404: ("invalid_request_error", "not_found"),
     405: ("invalid_request_error", "method_not_allowed"),
+    408: ("invalid_request_error", "request_timeout"),
     413: ("invalid_request_error", "request_too_large"),
+    415: ("invalid_request_error", "unsupported_media_type"),
     429: ("rate_limit_error", "too_many_requests"),
     503: ("server_error", "model_not_ready"),
 }
 
 
 def from_status(status: int, message: str) -> ApiError:
-    """An error for an HTTP status raised by the HTTP library itself (unknown path, body too large)."""
+    """An error for an HTTP status raised by the HTTP library itself (unknown path, body too large, bytes
+    that are not HTTP)."""
     kind, code = STATUS_KINDS.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
     return ApiError(status, message, kind=kind, code=code)

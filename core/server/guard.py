@@ -1,4 +1,4 @@
-"""The middleware in front of every route: the API key, error objects for every refusal, the request log.
+"""The middleware in front of every route: Host and Origin, the API key, error objects for every refusal, the log.
 
 Every refusal is an OpenAI-style error object with a 4xx code (the HTTP library's own refusals,
 such as an unknown path or a body over the limit, included); an unexpected failure of the server
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from core.server.access import check_host, check_origin, preflight
 from core.server.activity import Activity, RequestRecord
 from core.server.config import ServerConfig
 from core.server.errors import ApiError, from_status
@@ -40,7 +41,7 @@ OUTCOME = web.RequestKey("outcome", _Outcome)
 
 
 def guard(config: ServerConfig, activity: Activity):
-    """Checks the API key, turns every refusal into an error object, records the request."""
+    """Checks Host, Origin and the API key, turns every refusal into an error object, records the request."""
 
     @web.middleware
     async def checked(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -48,6 +49,11 @@ def guard(config: ServerConfig, activity: Activity):
         activity.begin()
         outcome = request[OUTCOME] = _Outcome()
         try:
+            check_host(request, config)
+            check_origin(request, config)
+            if (answer := preflight(request)) is not None:
+                outcome.status = answer.status
+                return answer
             if config.api_key and not _authorized(request, config.api_key):
                 raise ApiError(
                     401,

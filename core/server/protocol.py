@@ -57,7 +57,8 @@ class CompletionRequest:
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
-    """The request body as a JSON object; a 400 for anything else (bad UTF-8, bad JSON, NaN, deep nesting)."""
+    """The request body as a JSON object; a 400 for anything else (bad UTF-8, bad JSON, NaN, deep nesting,
+    a lone surrogate escape such as ``\\ud800``, which is no text: the tokenizer would fail on it)."""
     try:
         data = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
@@ -66,7 +67,36 @@ def parse_json(body: bytes) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
+    _check_text(data)
     return data
+
+
+def _check_text(data: dict[str, Any]) -> None:
+    """A 400 naming a string (value or key) that holds a lone surrogate; iterative, as JSON may nest deep."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str) and not _encodable(value):
+            raise bad_param(
+                path,
+                f"{path} holds a lone surrogate ({_short(value)}), which is not text: send whole characters "
+                "(one beyond U+FFFF as a pair of \\u escapes, or as UTF-8).",
+            )
+        if isinstance(value, dict):
+            if not all(_encodable(key) for key in value):
+                where = path or "the body"
+                raise ApiError(400, f"A field name in {where} holds a lone surrogate.", param=path or None)
+            stack.extend((f"{path}.{key}" if path else key, item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{index}]", item) for index, item in reversed(list(enumerate(value))))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_chat(data: dict[str, Any], max_tokens_limit: int) -> CompletionRequest:

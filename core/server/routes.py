@@ -14,13 +14,15 @@ from typing import Any
 from aiohttp import web
 
 from core.progress import CancelToken
+from core.server.access import add_cors_headers
 from core.server.activity import Activity
 from core.server.answer_events import AnswerDefaults, Delta, Ended, Event, ServerAnswer, Started
+from core.server.body import json_body
 from core.server.config import ServerConfig
 from core.server.errors import ApiError
 from core.server.guard import OUTCOME, guard
 from core.server.model_runner import ModelRunner
-from core.server.protocol import CompletionRequest, parse_chat, parse_completion, parse_json
+from core.server.protocol import CompletionRequest, parse_chat, parse_completion
 from core.server.responses import MODE_HEADER, TOKENS_PER_STEP_HEADER, Shapes, sse
 
 Parse = Callable[[dict[str, Any], int], CompletionRequest]
@@ -35,6 +37,7 @@ def make_app(
     """The application; ``defaults`` is asked for the app's settings at each request."""
     routes = _Routes(runner, defaults, config)
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[guard(config, activity)])
+    app.on_response_prepare.append(add_cors_headers)
     app.router.add_get("/v1/models", routes.models)
     app.router.add_get("/v1/models/{model}", routes.model)
     app.router.add_post("/v1/chat/completions", routes.chat)
@@ -81,7 +84,7 @@ class _Routes:
         return name
 
     async def _complete(self, request: web.Request, parse: Parse) -> web.StreamResponse:
-        wanted = parse(parse_json(await request.read()), self.config.max_tokens)
+        wanted = parse(await json_body(request, self.config), self.config.max_tokens)
         name = self._model_named(wanted.model)
         if self.pending >= self.config.max_pending:
             raise ApiError(

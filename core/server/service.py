@@ -10,6 +10,7 @@ from aiohttp import web
 from core.server.activity import Activity
 from core.server.answer_events import AnswerDefaults
 from core.server.config import ServerConfig
+from core.server.connections import CappedSite
 from core.server.model_runner import ModelRunner
 from core.server.routes import make_app
 
@@ -36,19 +37,26 @@ class LocalServer:
         self.activity = activity or Activity()
         self.port: int | None = None
         self._web: web.AppRunner | None = None
+        self._site: CappedSite | None = None
 
     @property
     def url(self) -> str:
         """The API's base URL, e.g. ``http://127.0.0.1:8765/v1`` (after :meth:`start`)."""
         return f"http://{self.config.host}:{self.port}/v1"
 
+    @property
+    def open_connections(self) -> int:
+        """Connections open now (at most ``config.max_connections``)."""
+        return self._site.open_connections if self._site is not None else 0
+
     async def start(self) -> None:
         """Listen; raises :class:`ServerStartError` (and says so in the state) when the port cannot be used."""
         app = make_app(self.runner, self.defaults, self.config, self.activity)
-        self._web = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_S)
+        self._web = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_S)
         await self._web.setup()
+        self._site = CappedSite(self._web, self.config)
         try:
-            await web.TCPSite(self._web, self.config.host, self.config.port).start()
+            await self._site.start()
         except OSError as err:
             await self.stop()
             message = (
@@ -66,5 +74,6 @@ class LocalServer:
         if self._web is not None:
             runner, self._web = self._web, None
             await runner.cleanup()
+        self._site = None
         self.port = None
         self.activity.set_state("stopped")

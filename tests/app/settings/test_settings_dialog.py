@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.settings.dialog import SettingsDialog
 from core.models.options import ModelSource
-from core.settings import Settings
+from core.settings import ServerSettings, Settings
 
 
 def test_settings_dialog_edits_and_validates(qtbot, app_paths) -> None:
@@ -42,3 +42,19 @@ def test_hub_download_failure_is_shown_in_the_dialog(qtbot, app_paths) -> None:
     qtbot.waitUntil(lambda: not dialog.downloading, timeout=60_000)
     assert "someone/some-model" in dialog.download_status.text()
     assert dialog.download_button.isEnabled()
+
+
+def test_the_server_tab_edits_the_allowed_hosts_and_origins(qtbot, app_paths) -> None:
+    start = Settings(server=ServerSettings(enabled=True, allowed_hosts=("old.lan",)))
+    dialog = SettingsDialog(start, app_paths)
+    qtbot.addWidget(dialog)
+    assert dialog.server_hosts.text() == "old.lan" and dialog.server_origins.text() == ""
+    dialog.server_hosts.setText("MyBox.local, 192.168.1.20")
+    dialog.server_origins.setText("http://localhost:3000 https://app.example/")
+    server = dialog.result_settings().server
+    assert server.allowed_hosts == ("mybox.local", "192.168.1.20") and server.enabled
+    assert server.allowed_origins == ("http://localhost:3000", "https://app.example")
+    dialog.server_origins.setText("localhost:3000")
+    dialog.accept()
+    assert dialog.error.isVisibleTo(dialog) and "allowed_origins" in dialog.error.text()
+    assert "http://localhost:3000" in dialog.error.text()  # what a good one looks like

@@ -82,12 +82,23 @@ def assert_error(status: int, body: dict, expected: int) -> None:
         (chat("MODEL", presence_penalty=1.0), 400, "presence_penalty"),
         (chat("MODEL", lookahead_mode="fast"), 400, "lookahead_mode"),
         (chat("no-such-model"), 404, "model"),
+        ('{"model": "MODEL", "messages": [{"role": "user", "content": "\\ud800"}]}', 400, "messages[0].content"),
+        ('{"model": "MODEL", "messages": [{"role": "user", "content": "a\\udfffb"}]}', 400, "messages[0].content"),
+        (
+            '{"model": "MODEL", "messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud83d"}]}]}',
+            400,
+            "messages[0].content[0].text",
+        ),
+        (chat("MODEL", stop=["ok", "\ud800"]), 400, "stop[1]"),
+        (chat("MODEL", user="\udc00"), 400, "user"),
     ],
 )
 def test_each_bad_chat_request_gets_its_error_object(serve, tiny_runner, body, status, param):
     served = serve()
     if isinstance(body, dict):
-        body = json.loads(json.dumps(body).replace("MODEL", tiny_runner.model_name))
+        body = json.dumps(body)
+    if isinstance(body, str):
+        body = body.replace("MODEL", tiny_runner.model_name)
     got, answer = post(served, CHAT, body)
     assert_error(got, answer, status)
     assert answer["error"]["param"] == param
@@ -101,6 +112,8 @@ def test_each_bad_chat_request_gets_its_error_object(serve, tiny_runner, body, s
         ({"prompt": [1, 2, 3]}, "prompt"),
         ({"prompt": "x", "echo": True}, "echo"),
         ({"prompt": "x", "best_of": 3}, "best_of"),
+        ({"prompt": "\ud800"}, "prompt"),
+        ({"prompt": ["\udbff"]}, "prompt[0]"),
     ],
 )
 def test_bad_text_completion_requests(serve, tiny_runner, body, param):
