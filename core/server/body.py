@@ -35,7 +35,7 @@ async def json_body(request: web.Request, config: ServerConfig) -> dict[str, Any
         )
     try:
         body = await asyncio.wait_for(request.read(), config.body_timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise ApiError(
             408,
             f"The request body did not arrive within {config.body_timeout_s:g} s; send it whole, at once.",
