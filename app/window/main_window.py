@@ -64,7 +64,15 @@ class MainWindow(QMainWindow):
 
     def __init__(self, paths: AppPaths) -> None:
         super().__init__()
-        self.paths = paths.ensure()
+        self.paths = paths
+        try:
+            paths.ensure()
+            folders_problem = None
+        except OSError as err:  # a read-only home: the window still opens, with nothing to save
+            folders_problem = (
+                f"The app's folders could not be created ({err.strerror or err}: {err.filename}). "
+                "Settings and chats of this session will not be kept; check that the folder is writable."
+            )
         self.setWindowTitle("Lookahead Chat")
         self.setWindowIcon(QIcon(str(resource_path("icons", "lookahead-chat.svg"))))
         self.resize(1180, 760)
@@ -119,7 +127,7 @@ class MainWindow(QMainWindow):
         self.apply_theme()
         self.refresh_conversations()
         self._show_system_prompt()
-        for problem in (loaded.problem, presets.problem, store_problem):
+        for problem in (folders_problem, loaded.problem, presets.problem, store_problem):
             if problem:
                 self.notice.show_message(problem, "error", lasting=True)
         self._build_compare()
