@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from app.window.shortcuts import SHORTCUTS
+
 
 def test_mode_toggle_applies_to_the_next_answer_and_is_recorded(tiny_settings, open_window, ui) -> None:
     tiny_settings(mode="lookahead")
@@ -28,3 +30,18 @@ def test_fixed_lookahead_settings_are_one_click_away(tiny_settings, open_window,
     assert window.mode_controls.settings_button.text() == "W3 N3 G2"
     ui.send(window, "hi")
     assert ui.stored(window)[-1].mode == "lookahead W3 N3 G2"
+
+
+def test_ctrl_l_cycles_the_three_modes_as_help_says(tiny_settings, open_window) -> None:
+    tiny_settings(mode="auto")
+    window = open_window()
+    modes = window.mode_controls
+    seen = []
+    for _ in range(3):
+        window.shortcut_actions["toggle_mode"].trigger()
+        seen.append(modes.mode)
+    assert seen == ["plain", "lookahead", "auto"] and window.settings.current.mode == "auto"
+    [help_line] = [s.description for s in SHORTCUTS if s.name == "toggle_mode"]
+    named = [modes.auto.text(), modes.plain.text(), modes.lookahead.text()]
+    assert all(name in help_line for name in named), help_line
+    assert sorted(named, key=help_line.index) == named  # in the order Ctrl+L goes through them
