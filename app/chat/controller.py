@@ -28,6 +28,7 @@ from core.chat.history import HistoryError, HistoryStore, StoredMessage
 from core.chat.prompt import Message
 from core.engine.answer_job import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart
 from core.progress import CancelToken
+from core.settings import SamplingSettings
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class LiveAnswer:
     started_at: float = field(default_factory=time.monotonic)
     start: AnswerStart | None = None
     figures: AnswerFigures | None = None
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)  # what the answer samples with
+    replaces: str | None = None  # a regenerated answer: the text of the one it was generated again for
 
     def live_rate(self) -> float:
         """Tokens per second of wall time since the prompt was ready (updates even between steps)."""
@@ -80,6 +83,18 @@ def context_note(start: AnswerStart) -> str:
             f"{start.context_length} tokens (the system prompt is kept).",
         )
     return " ".join(notes)
+
+
+def same_answer_note(sampling: SamplingSettings) -> str:
+    """Why a regenerated answer came out as before: sampling that repeats itself ("" when it does not)."""
+    if sampling.greedy:
+        return (
+            "The same answer again: with temperature 0 (greedy, as the Precise preset) the model always gives it. "
+            "For another, choose a preset that samples (Balanced, Creative)."
+        )
+    if sampling.seed is not None:
+        return "The same answer again: a fixed sampling seed repeats it. For another, set Seed to random in Settings."
+    return ""
 
 
 class ChatController(QObject):
@@ -255,8 +270,11 @@ class ChatController(QObject):
         index = self._last_index("assistant") if index is None else index
         if self.busy or index < 0 or self.view.messages[index].role != "assistant":
             return
+        replaced = self.view.messages[index].text
         self.worker.forget(self.current_id)
         self._answer(self._parent_of(index), index)
+        if self.live is not None:
+            self.live.replaces = replaced
 
     def continue_answer(self) -> None:
         """Extend the last answer from where it was cut off: the same message grows, and is saved as it does."""
@@ -311,7 +329,15 @@ class ChatController(QObject):
         history = self.branch.prompt_until(message_id)
         messages = ([Message("system", self.system_prompt)] if self.system_prompt else []) + history
         token = CancelToken()
-        self.live = LiveAnswer(self.current_id, message_id, token, prefix=prefix, text=prefix, saved_text=prefix)
+        self.live = LiveAnswer(
+            self.current_id,
+            message_id,
+            token,
+            prefix=prefix,
+            text=prefix,
+            saved_text=prefix,
+            sampling=settings.sampling,
+        )
         self.live.job_id = self.worker.generate(
             AnswerRequest(tuple(messages), settings.mode, settings.lookahead, settings.sampling, self.current_id, token)
         )
@@ -364,6 +390,10 @@ class ChatController(QObject):
                 widget.set_figures(outcome.figures.summary())
             if outcome.error:
                 widget.set_note(outcome.error)
+            elif text == live.replaces:
+                widget.set_note(
+                    " ".join(part for part in (widget.note.text(), same_answer_note(live.sampling)) if part)
+                )
         self._unsaved = (live.message_id, text, status, outcome)
         self._flush_unsaved()
         if outcome.error:

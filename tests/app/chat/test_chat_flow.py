@@ -70,3 +70,30 @@ def test_sampling_settings_reach_the_answer(tiny_settings, open_window, ui) -> N
         texts.append(ui.stored(window)[-1].content)
     assert texts[0] == texts[1]  # the seed makes sampling repeatable
     assert texts[0] != texts[2]
+
+
+def test_a_regenerated_answer_that_comes_out_the_same_says_why(tiny_settings, open_window, ui) -> None:
+    from dataclasses import replace
+
+    tiny_settings()  # greedy, as the Precise preset
+    window = open_window()
+    greedy = window.settings.current.sampling
+    cases = [
+        (greedy, "temperature 0"),
+        (replace(greedy, temperature=0.8, seed=7), "seed"),  # a fixed seed repeats the sampled answer
+        (replace(greedy, temperature=0.8), None),  # sampling: another answer, nothing to explain
+    ]
+    for sampling, why in cases:
+        window.settings.update(sampling=sampling)
+        window.new_chat()
+        ui.send(window, "Hi")
+        first = window.chat_view.messages[-1].text
+        window.chat.regenerate()
+        ui.wait_idle(window)
+        answer = window.chat_view.messages[-1]
+        assert answer.branch_label.text() == "2/2"
+        if why is None:
+            assert answer.text != first and not answer.note.isVisibleTo(window)
+        else:
+            assert answer.text == first and answer.note.isVisibleTo(window)
+            assert "same answer" in answer.note.text() and why in answer.note.text(), answer.note.text()
