@@ -129,6 +129,7 @@ class ChatController(QObject):
         self.own_system_prompt: str | None = None  # the current chat's; None: the default from Settings
         self.live: LiveAnswer | None = None
         self._unsaved: tuple[int, str, str, AnswerOutcome] | None = None
+        self._save_failure: str | None = None  # why saving failed last, until a save works again
         self._autosave = QTimer(self, interval=AUTOSAVE_MS)
         self._autosave.timeout.connect(self.save_progress)
         queued = Qt.ConnectionType.QueuedConnection
@@ -282,7 +283,7 @@ class ChatController(QObject):
         if self.busy or index < 0 or not self.view.messages[index].continuable:
             return
         widget = self.view.messages[index]
-        if not self._save(self._id_at(index), widget.text, status="generating"):
+        if not self._save(self._id_at(index), widget.text, asked=True, status="generating"):
             return
         widget.set_status("generating")
         widget.set_note("")
@@ -453,13 +454,20 @@ class ChatController(QObject):
         elif not self._autosave.isActive():
             self._autosave.start()
 
-    def _save(self, message_id: int, text: str, **fields) -> bool:
+    def _save(self, message_id: int, text: str, asked: bool = False, **fields) -> bool:
+        """Write the message; a failure is told once while saving keeps failing the same way (saves are
+        retried every second), and always when the user ``asked`` for what needed the save."""
         try:
             self.branch.update(message_id, text, **fields)
         except HistoryError as err:
-            log.warning("saving the answer failed: %s", err)
-            self.error.emit(str(err))
+            if asked or str(err) != self._save_failure:
+                log.warning("saving the answer failed: %s", err)
+                self.error.emit(str(err))
+            self._save_failure = str(err)
             return False
+        if self._save_failure is not None:
+            log.info("saving the answer works again")
+            self._save_failure = None
         return True
 
     # --- view bookkeeping -------------------------------------------------------------------------
