@@ -285,7 +285,6 @@ class ChatController(QObject):
         widget = self.view.messages[index]
         if not self._save(self._id_at(index), widget.text, asked=True, status="generating"):
             return
-        widget.set_status("generating")
         widget.set_note("")
         self._start(self._id_at(index), widget.text)
 
@@ -342,6 +341,9 @@ class ChatController(QObject):
         self.live.job_id = self.worker.generate(
             AnswerRequest(tuple(messages), settings.mode, settings.lookahead, settings.sampling, self.current_id, token)
         )
+        widget = self._live_widget()
+        if widget is not None:
+            widget.set_status("waiting")  # until the model starts on it (it may be loading, or busy elsewhere)
         self._autosave.start()
         self.view.set_busy(True)
         self.composer.set_busy(True)
@@ -358,6 +360,7 @@ class ChatController(QObject):
         self.live.figures = AnswerFigures(start.mode, prompt_tokens=start.prompt_tokens)
         widget = self._live_widget()
         if widget is not None:
+            widget.set_status("generating")
             widget.set_note(context_note(start))
 
     def _delta(self, job_id: int, text: str, figures: AnswerFigures) -> None:
@@ -479,7 +482,7 @@ class ChatController(QObject):
             widget.set_figures(figures.summary())
         if self.live is not None and self.live.message_id == message.id:
             widget.set_text(self.live.text)
-            widget.set_status("generating")
+            widget.set_status("generating" if self.live.start is not None else "waiting")
             if self.live.start is not None:
                 widget.set_note(context_note(self.live.start))
         return widget

@@ -97,3 +97,29 @@ def test_a_regenerated_answer_that_comes_out_the_same_says_why(tiny_settings, op
         else:
             assert answer.text == first and answer.note.isVisibleTo(window)
             assert "same answer" in answer.note.text() and why in answer.note.text(), answer.note.text()
+
+
+def test_an_answer_sent_while_the_model_loads_says_it_waits_until_it_starts(tiny_settings, open_window, ui) -> None:
+    from PySide6.QtCore import Qt
+
+    tiny_settings()
+    window = open_window(wait_for_model=False)
+    assert window.model is None
+    ui.send(window, "Hi", wait=False)  # queued behind the load (and Auto's measurement)
+    answer = window.chat_view.messages[-1]
+    seen: list[tuple[str, str, str]] = []  # (what happened, the answer's status, the status bar's state)
+
+    def record(event: str) -> None:
+        seen.append((event, answer.status.text(), window.figures.state.text()))
+
+    queued = Qt.ConnectionType.QueuedConnection  # after the window's own handlers of the same reports
+    window.worker.loads.load_progress.connect(lambda stage, _fraction: record(stage), queued)
+    window.worker.answers.started.connect(lambda *_: record("started"), queued)
+    record("sent")
+    ui.wait_idle(window)
+    started = [event for event, _, _ in seen].index("started")
+    assert started >= 2, seen  # load reports came while the answer waited
+    assert all(
+        status == "waiting for the model…" and state == "waiting for the model" for _, status, state in seen[:started]
+    ), seen
+    assert seen[started][1] == "generating…" and seen[started][2] == "generating", seen
