@@ -28,6 +28,7 @@ from core.chat.history import HistoryError, HistoryStore, StoredMessage
 from core.chat.prompt import Message
 from core.engine.answer_job import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart
 from core.progress import CancelToken
+from core.settings import SamplingSettings
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class LiveAnswer:
     started_at: float = field(default_factory=time.monotonic)
     start: AnswerStart | None = None
     figures: AnswerFigures | None = None
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)  # what the answer samples with
+    replaces: str | None = None  # a regenerated answer: the text of the one it was generated again for
 
     def live_rate(self) -> float:
         """Tokens per second of wall time since the prompt was ready (updates even between steps)."""
@@ -80,6 +83,18 @@ def context_note(start: AnswerStart) -> str:
             f"{start.context_length} tokens (the system prompt is kept).",
         )
     return " ".join(notes)
+
+
+def same_answer_note(sampling: SamplingSettings) -> str:
+    """Why a regenerated answer came out as before: sampling that repeats itself ("" when it does not)."""
+    if sampling.greedy:
+        return (
+            "The same answer again: with temperature 0 (greedy, as the Precise preset) the model always gives it. "
+            "For another, choose a preset that samples (Balanced, Creative)."
+        )
+    if sampling.seed is not None:
+        return "The same answer again: a fixed sampling seed repeats it. For another, set Seed to random in Settings."
+    return ""
 
 
 class ChatController(QObject):
@@ -114,6 +129,7 @@ class ChatController(QObject):
         self.own_system_prompt: str | None = None  # the current chat's; None: the default from Settings
         self.live: LiveAnswer | None = None
         self._unsaved: tuple[int, str, str, AnswerOutcome] | None = None
+        self._save_failure: str | None = None  # why saving failed last, until a save works again
         self._autosave = QTimer(self, interval=AUTOSAVE_MS)
         self._autosave.timeout.connect(self.save_progress)
         queued = Qt.ConnectionType.QueuedConnection
@@ -255,8 +271,11 @@ class ChatController(QObject):
         index = self._last_index("assistant") if index is None else index
         if self.busy or index < 0 or self.view.messages[index].role != "assistant":
             return
+        replaced = self.view.messages[index].text
         self.worker.forget(self.current_id)
         self._answer(self._parent_of(index), index)
+        if self.live is not None:
+            self.live.replaces = replaced
 
     def continue_answer(self) -> None:
         """Extend the last answer from where it was cut off: the same message grows, and is saved as it does."""
@@ -264,9 +283,8 @@ class ChatController(QObject):
         if self.busy or index < 0 or not self.view.messages[index].continuable:
             return
         widget = self.view.messages[index]
-        if not self._save(self._id_at(index), widget.text, status="generating"):
+        if not self._save(self._id_at(index), widget.text, asked=True, status="generating"):
             return
-        widget.set_status("generating")
         widget.set_note("")
         self._start(self._id_at(index), widget.text)
 
@@ -311,10 +329,21 @@ class ChatController(QObject):
         history = self.branch.prompt_until(message_id)
         messages = ([Message("system", self.system_prompt)] if self.system_prompt else []) + history
         token = CancelToken()
-        self.live = LiveAnswer(self.current_id, message_id, token, prefix=prefix, text=prefix, saved_text=prefix)
+        self.live = LiveAnswer(
+            self.current_id,
+            message_id,
+            token,
+            prefix=prefix,
+            text=prefix,
+            saved_text=prefix,
+            sampling=settings.sampling,
+        )
         self.live.job_id = self.worker.generate(
             AnswerRequest(tuple(messages), settings.mode, settings.lookahead, settings.sampling, self.current_id, token)
         )
+        widget = self._live_widget()
+        if widget is not None:
+            widget.set_status("waiting")  # until the model starts on it (it may be loading, or busy elsewhere)
         self._autosave.start()
         self.view.set_busy(True)
         self.composer.set_busy(True)
@@ -331,6 +360,7 @@ class ChatController(QObject):
         self.live.figures = AnswerFigures(start.mode, prompt_tokens=start.prompt_tokens)
         widget = self._live_widget()
         if widget is not None:
+            widget.set_status("generating")
             widget.set_note(context_note(start))
 
     def _delta(self, job_id: int, text: str, figures: AnswerFigures) -> None:
@@ -364,6 +394,10 @@ class ChatController(QObject):
                 widget.set_figures(outcome.figures.summary())
             if outcome.error:
                 widget.set_note(outcome.error)
+            elif text == live.replaces:
+                widget.set_note(
+                    " ".join(part for part in (widget.note.text(), same_answer_note(live.sampling)) if part)
+                )
         self._unsaved = (live.message_id, text, status, outcome)
         self._flush_unsaved()
         if outcome.error:
@@ -423,13 +457,20 @@ class ChatController(QObject):
         elif not self._autosave.isActive():
             self._autosave.start()
 
-    def _save(self, message_id: int, text: str, **fields) -> bool:
+    def _save(self, message_id: int, text: str, asked: bool = False, **fields) -> bool:
+        """Write the message; a failure is told once while saving keeps failing the same way (saves are
+        retried every second), and always when the user ``asked`` for what needed the save."""
         try:
             self.branch.update(message_id, text, **fields)
         except HistoryError as err:
-            log.warning("saving the answer failed: %s", err)
-            self.error.emit(str(err))
+            if asked or str(err) != self._save_failure:
+                log.warning("saving the answer failed: %s", err)
+                self.error.emit(str(err))
+            self._save_failure = str(err)
             return False
+        if self._save_failure is not None:
+            log.info("saving the answer works again")
+            self._save_failure = None
         return True
 
     # --- view bookkeeping -------------------------------------------------------------------------
@@ -441,7 +482,7 @@ class ChatController(QObject):
             widget.set_figures(figures.summary())
         if self.live is not None and self.live.message_id == message.id:
             widget.set_text(self.live.text)
-            widget.set_status("generating")
+            widget.set_status("generating" if self.live.start is not None else "waiting")
             if self.live.start is not None:
                 widget.set_note(context_note(self.live.start))
         return widget

@@ -22,6 +22,7 @@ from app.chat.markdown import COPY_SCHEME, MarkdownRenderer
 
 RENDER_DELAY_MS = 100  # streamed text is re-rendered at most 10 times a second
 STATUS_TEXT = {
+    "waiting": "waiting for the model…",  # shown only: stored as generating
     "generating": "generating…",
     "stopped": "stopped",
     "interrupted": "interrupted",

@@ -15,6 +15,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.chat.elided_label import ElidedLabel
+
 PREVIEW_LENGTH = 90
 
 
@@ -25,7 +27,8 @@ class SystemPromptBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.label = QLabel("", objectName="status")
+        self.label = ElidedLabel()
+        self.label.setObjectName("status")
         self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.edit_button = QToolButton(
             objectName="messageAction",

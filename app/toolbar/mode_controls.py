@@ -92,6 +92,7 @@ class ModeControls(QWidget):
         self._buttons = {"auto": self.auto, "plain": self.plain, "lookahead": self.lookahead}
         self.group = QButtonGroup(self, exclusive=True)
         for button in self._buttons.values():
+            button.setObjectName("modeButton")  # the themes fill the checked one with the highlight colour
             self.group.addButton(button)
         self.settings_button = QToolButton(toolTip="Lookahead settings: the best measured here, or W, N, G")
         self.settings_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)

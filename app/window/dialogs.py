@@ -6,7 +6,7 @@ import platform
 from importlib import metadata
 
 from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import qVersion
+from PySide6.QtCore import Qt, qVersion
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
@@ -22,7 +22,7 @@ def _version(package: str) -> str:
 
 
 class HelpDialog(QDialog):
-    """Lists every keyboard shortcut."""
+    """Lists every keyboard shortcut, the table as large as its text (no scroll bars, nothing cut short)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -31,6 +31,9 @@ class HelpDialog(QDialog):
         table.setHorizontalHeaderLabels(["Keys", "Action"])
         table.verticalHeader().hide()
         table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        table.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
+        table.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        table.setSizeAdjustPolicy(QTableWidget.SizeAdjustPolicy.AdjustToContents)
         for row, shortcut in enumerate(SHORTCUTS):
             keys = QKeySequence(shortcut.keys).toString(QKeySequence.SequenceFormat.NativeText)
             table.setItem(row, 0, QTableWidgetItem(keys))
@@ -43,7 +46,6 @@ class HelpDialog(QDialog):
         layout.addWidget(QLabel("In the message box, Enter sends and Shift+Enter starts a new line."))
         layout.addWidget(table)
         layout.addWidget(buttons)
-        self.resize(480, 460)
 
 
 class AboutDialog(QDialog):

@@ -64,7 +64,15 @@ class MainWindow(QMainWindow):
 
     def __init__(self, paths: AppPaths) -> None:
         super().__init__()
-        self.paths = paths.ensure()
+        self.paths = paths
+        try:
+            paths.ensure()
+            folders_problem = None
+        except OSError as err:  # a read-only home: the window still opens, with nothing to save
+            folders_problem = (
+                f"The app's folders could not be created ({err.strerror or err}: {err.filename}). "
+                "Settings and chats of this session will not be kept; check that the folder is writable."
+            )
         self.setWindowTitle("Lookahead Chat")
         self.setWindowIcon(QIcon(str(resource_path("icons", "lookahead-chat.svg"))))
         self.resize(1180, 760)
@@ -119,7 +127,7 @@ class MainWindow(QMainWindow):
         self.apply_theme()
         self.refresh_conversations()
         self._show_system_prompt()
-        for problem in (loaded.problem, presets.problem, store_problem):
+        for problem in (folders_problem, loaded.problem, presets.problem, store_problem):
             if problem:
                 self.notice.show_message(problem, "error", lasting=True)
         self._build_compare()
@@ -166,6 +174,7 @@ class MainWindow(QMainWindow):
         self.worker.loads.load_progress.connect(self._load_progress, queued)
         self.worker.loads.model_loaded.connect(self._model_loaded, queued)
         self.worker.loads.load_failed.connect(self._load_failed, queued)
+        self.worker.answers.started.connect(lambda *_: self._update_figures(), queued)  # 'generating' at once
         self.load_panel.cancel_requested.connect(self.cancel_load)
         self.load_panel.retry_requested.connect(self.load_model)
         self.load_panel.settings_requested.connect(lambda: self.open_settings("Model"))
@@ -254,9 +263,12 @@ class MainWindow(QMainWindow):
             self._load_token.cancel()
 
     def _load_progress(self, stage: str, fraction: float) -> None:
+        """The load panel and the status bar name the stage in progress; an answer waiting for the model
+        keeps the status bar's 'waiting for the model'."""
         if self.model is None and self._load_token is not None and not self._load_token.cancelled:
             self.load_panel.show_progress(stage, fraction)
-            self.figures.set_state(f"loading model {fraction * 100:.0f}%")
+            if not self.chat.busy:
+                self.figures.set_state(f"{stage[:1].lower()}{stage[1:]} {fraction * 100:.0f}%")
 
     def _model_loaded(self, info: ModelInfo) -> None:
         self.model = info
@@ -264,7 +276,10 @@ class MainWindow(QMainWindow):
         self.load_panel.hide()
         self.model_button.setText(f"{info.name} · {'GPU' if info.device_kind == 'cuda' else 'CPU'} · {info.precision}")
         self.figures.set_model(info)
-        self.figures.set_state("ready")
+        if self.chat.busy:
+            self._update_figures()  # an answer waited for the model: it starts now
+        else:
+            self.figures.set_state("ready")
         log.info("model %s ready on %s in %.1f s", info.name, info.device_label, info.load_seconds)
 
     def _load_failed(self, message: str) -> None:

@@ -20,7 +20,7 @@ SHORTCUTS: tuple[Shortcut, ...] = (
     Shortcut("edit_last", "Ctrl+E", "Edit your last message and resend it as a new branch"),
     Shortcut("copy_last", "Ctrl+Shift+C", "Copy the last answer"),
     Shortcut("search", "Ctrl+F", "Search chats"),
-    Shortcut("toggle_mode", "Ctrl+L", "Switch between plain and lookahead decoding"),
+    Shortcut("toggle_mode", "Ctrl+L", "Next decoding mode: Auto, Plain, Lookahead, Auto again"),
     Shortcut("settings", "Ctrl+,", "Settings"),
     Shortcut("rename", "F2", "Rename the chat"),
     Shortcut("delete", "Ctrl+Shift+Delete", "Delete the chat"),

@@ -3,12 +3,17 @@
 A second start over the same folder asks the first to come to the front and exits; it never opens
 the history, so it never marks the first one's live answer as interrupted. The command-line
 sub-commands (``ask``, ``bench``, ``tune``) do not open the history and may run beside a window.
+
+A folder that cannot be written (a read-only mount) cannot hold the lock file; there the socket
+alone tells whether a window has the folder, and the window opens with nothing to save (its
+history says so).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from pathlib import Path
 
 from PySide6.QtCore import QLockFile, QObject, Signal
@@ -32,6 +37,7 @@ class InstanceLock(QObject):
         self._lock = QLockFile(str(data_dir / LOCK_FILE))
         self._lock.setStaleLockTime(0)  # held as long as its process lives (a dead owner's lock is taken over)
         self._server: QLocalServer | None = None
+        self.unwritable = False  # the folder cannot hold the lock file: the socket alone finds a window
 
     @property
     def server_name(self) -> str:
@@ -40,11 +46,22 @@ class InstanceLock(QObject):
         return f"lookahead-chat-{digest}"
 
     def acquire(self) -> bool:
-        """Take the lock and listen for later starts; False when another process holds it."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        """Take the lock and listen for later starts; False when another window has the folder."""
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # the lock file cannot be made then either: the folder cannot be written
         if not self._lock.tryLock(0):
-            return False
-        QLocalServer.removeServer(self.server_name)  # a socket left by a crashed owner; the lock is ours now
+            # a read-only folder fails with PermissionError, or (holding a dead owner's lock file, which
+            # cannot be removed) with LockFailedError; only a writable folder's lock means a live owner
+            writable = os.access(self.data_dir, os.W_OK)
+            if self._lock.error() != QLockFile.LockError.PermissionError and writable:
+                return False
+            self.unwritable = True
+            if self._reachable():
+                return False
+            log.warning("the data folder %s cannot be written, so it is not locked for this window", self.data_dir)
+        QLocalServer.removeServer(self.server_name)  # a socket left by a crashed owner; the folder is ours now
         self._server = QLocalServer(self)
         if not self._server.listen(self.server_name):
             log.warning("a second start cannot reach this window: %s", self._server.errorString())
@@ -52,10 +69,20 @@ class InstanceLock(QObject):
         return True
 
     def owner_pid(self) -> int | None:
-        """The process that holds the lock (when another does)."""
+        """The process that holds the lock (when another does; unknown for a folder that cannot be written)."""
+        if self.unwritable:
+            return None
         info = self._lock.getLockInfo()  # PySide6: (pid, hostname, appname)
         pid = info[0] if isinstance(info, tuple) and info else 0
         return pid if isinstance(pid, int) and pid > 0 else None
+
+    def _reachable(self) -> bool:
+        """Whether a window listens on this folder's socket."""
+        socket = QLocalSocket()
+        socket.connectToServer(self.server_name)
+        reached = socket.waitForConnected(CONNECT_MS)
+        socket.abort()
+        return reached
 
     def activate_owner(self) -> bool:
         """Ask the window that holds the lock to come to the front; True when it was reached."""

@@ -1,11 +1,18 @@
-"""The live figures at the bottom: device and memory, state and tok/s, tokens per step, context."""
+"""The live figures at the bottom: device and memory, state and tok/s, tokens per step, context.
+
+Its texts shorten with "…" to the room they get (the whole text is in the tooltip), so no status
+text makes the window wider than a small screen: Auto's reason alone can take 1,300 px.
+"""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
+from app.chat.elided_label import ElidedLabel
 from core.engine.answer_job import AnswerFigures
 from core.engine.ready import ModelInfo
+
+AUTO_TIP = "What Auto runs, from a short measurement of this machine made once per model, dtype and thread count"
 
 
 class FiguresBar(QStatusBar):
@@ -14,14 +21,15 @@ class FiguresBar(QStatusBar):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setSizeGripEnabled(False)
-        self.device = QLabel("no model")
-        self.state = QLabel("starting")
+        self.device = ElidedLabel("no model")
+        self.state = ElidedLabel("starting")
         self.rate = QLabel("")
         self.step = QLabel("")
         self.context = QLabel("")
-        self.auto = QLabel("")
-        for label in (self.device, self.state, self.rate, self.step, self.auto):
+        self.auto = ElidedLabel("", AUTO_TIP)
+        for label in (self.device, self.state, self.rate, self.step):
             self.addWidget(label)
+        self.addWidget(self.auto, 1)  # the longest text takes the room left over
         self.addPermanentWidget(self.context)
 
     def set_model(self, info: ModelInfo | None) -> None:
@@ -32,9 +40,6 @@ class FiguresBar(QStatusBar):
         prefix = "GPU: " if info.device_kind == "cuda" else ""
         self.device.setText(f"{prefix}{info.device_label} · {info.precision}")
         self.auto.setText(info.auto_reason)
-        self.auto.setToolTip(
-            "What Auto runs, from a short measurement of this machine made once per model, dtype and thread count"
-        )
         self.set_context(0, info.context_length)
 
     def set_device_label(self, label: str, kind: str, precision: str) -> None:

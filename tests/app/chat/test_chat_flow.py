@@ -70,3 +70,56 @@ def test_sampling_settings_reach_the_answer(tiny_settings, open_window, ui) -> N
         texts.append(ui.stored(window)[-1].content)
     assert texts[0] == texts[1]  # the seed makes sampling repeatable
     assert texts[0] != texts[2]
+
+
+def test_a_regenerated_answer_that_comes_out_the_same_says_why(tiny_settings, open_window, ui) -> None:
+    from dataclasses import replace
+
+    tiny_settings()  # greedy, as the Precise preset
+    window = open_window()
+    greedy = window.settings.current.sampling
+    cases = [
+        (greedy, "temperature 0"),
+        (replace(greedy, temperature=0.8, seed=7), "seed"),  # a fixed seed repeats the sampled answer
+        (replace(greedy, temperature=0.8), None),  # sampling: another answer, nothing to explain
+    ]
+    for sampling, why in cases:
+        window.settings.update(sampling=sampling)
+        window.new_chat()
+        ui.send(window, "Hi")
+        first = window.chat_view.messages[-1].text
+        window.chat.regenerate()
+        ui.wait_idle(window)
+        answer = window.chat_view.messages[-1]
+        assert answer.branch_label.text() == "2/2"
+        if why is None:
+            assert answer.text != first and not answer.note.isVisibleTo(window)
+        else:
+            assert answer.text == first and answer.note.isVisibleTo(window)
+            assert "same answer" in answer.note.text() and why in answer.note.text(), answer.note.text()
+
+
+def test_an_answer_sent_while_the_model_loads_says_it_waits_until_it_starts(tiny_settings, open_window, ui) -> None:
+    from PySide6.QtCore import Qt
+
+    tiny_settings()
+    window = open_window(wait_for_model=False)
+    assert window.model is None
+    ui.send(window, "Hi", wait=False)  # queued behind the load (and Auto's measurement)
+    answer = window.chat_view.messages[-1]
+    seen: list[tuple[str, str, str]] = []  # (what happened, the answer's status, the status bar's state)
+
+    def record(event: str) -> None:
+        seen.append((event, answer.status.text(), window.figures.state.text()))
+
+    queued = Qt.ConnectionType.QueuedConnection  # after the window's own handlers of the same reports
+    window.worker.loads.load_progress.connect(lambda stage, _fraction: record(stage), queued)
+    window.worker.answers.started.connect(lambda *_: record("started"), queued)
+    record("sent")
+    ui.wait_idle(window)
+    started = [event for event, _, _ in seen].index("started")
+    assert started >= 2, seen  # load reports came while the answer waited
+    assert all(
+        status == "waiting for the model…" and state == "waiting for the model" for _, status, state in seen[:started]
+    ), seen
+    assert seen[started][1] == "generating…" and seen[started][2] == "generating", seen

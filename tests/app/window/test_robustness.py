@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -211,3 +213,36 @@ def test_damaged_history_is_set_aside_and_the_notice_stays_until_dismissed(
     stored.close()
     window.notice.close_button.click()
     assert window.notice.text == "" and not window.notice.isVisible()
+
+
+def fill_the_disk(connection: sqlite3.Connection) -> None:
+    """No room left in the history: its size capped where it is, and its pages filled with messages of a
+    chat of their own (packed next to the newest, so a message that grows needs a page there is not)."""
+    filler = connection.execute("INSERT INTO conversations (title, created, updated) VALUES ('filler', 0, 0)")
+    connection.execute(f"PRAGMA max_page_count = {connection.execute('PRAGMA page_count').fetchone()[0]}")
+    insert = "INSERT INTO messages (conversation_id, role, content, created) VALUES (?, 'user', ?, 0)"
+    for size in (4096, 512, 64, 8, 1):
+        try:
+            while True:
+                connection.execute(insert, (filler.lastrowid, "x" * size))
+        except sqlite3.OperationalError as err:
+            assert "full" in str(err)
+
+
+def test_a_full_disk_is_logged_once_while_the_answer_waits_to_be_saved(
+    tiny_settings, open_window, ui, qtbot, caplog
+) -> None:
+    tiny_settings()
+    window = open_window()
+    ui.send(window, "Hello", wait=False)  # the answer is stored empty, and saved as it grows
+    fill_the_disk(window.store.connection)
+    with caplog.at_level(logging.WARNING, logger="app.chat.controller"):
+        ui.wait_idle(window)
+        qtbot.wait(3500)  # the final save is retried every second meanwhile
+        assert "disk is full" in window.notice.text
+        assert ui.stored(window)[-1].status == "generating"  # not saved yet
+        warnings = [r for r in caplog.records if r.name == "app.chat.controller"]
+        assert len(warnings) == 1 and "disk is full" in warnings[0].getMessage()
+        window.store.connection.execute("PRAGMA max_page_count = 1073741823")
+        qtbot.waitUntil(lambda: ui.stored(window)[-1].status == "truncated", timeout=5_000)  # the retry saved it
+        assert ui.stored(window)[-1].content == window.chat_view.messages[-1].text

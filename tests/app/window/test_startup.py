@@ -13,6 +13,9 @@ import pytest
 
 from app.window.single_instance import InstanceLock
 from app.window.system_libraries import debian_package, missing_libraries, not_found, uses_xcb, xcb_plugin
+from core.chat.history import HistoryStore
+from core.paths import AppPaths
+from tests.app.conftest import write_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -149,3 +152,86 @@ def test_a_second_start_that_cannot_reach_the_first_says_so_and_exits(tmp_path: 
     assert err.startswith("error: Lookahead Chat is already running for") and "could not be reached" in err
     assert f"(process {os.getpid()})" in err
     lock.release()
+
+
+def read_only(folder: Path, command: list[str]) -> list[str]:
+    """``command`` run where ``folder`` is a read-only mount (a bind mount in a mount namespace of its own).
+
+    A real read-only file system: as root, chmod would not stop a single write. Skips where no such
+    namespace can be made.
+    """
+    mount = f'mount --bind "{folder}" "{folder}" && mount -o remount,bind,ro "{folder}"'
+    probe = subprocess.run(
+        ["unshare", "--map-root-user", "--mount", "sh", "-c", f'{mount} && ! touch "{folder}/probe" 2>/dev/null'],
+        capture_output=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip("no mount namespace for a read-only folder here (unshare --map-root-user --mount)")
+    return ["unshare", "--map-root-user", "--mount", "sh", "-c", f'{mount} && exec "$@"', "sh", *command]
+
+
+READ_ONLY_WINDOW = """
+import sys
+from PySide6.QtCore import QProcess, QTimer
+from PySide6.QtWidgets import QApplication
+from app.window.main import run_gui
+from core.paths import AppPaths
+
+app = QApplication(sys.argv)
+second = QProcess()
+second.setProgram(sys.executable)
+second.setArguments(["-m", "app"])
+
+def loaded():  # the model loaded or failed: then a second start over the same folder
+    windows = [w for w in app.topLevelWidgets() if type(w).__name__ == "MainWindow"]
+    if windows and windows[0]._load_token is None and timer.isActive():
+        timer.stop()
+        print("notice:", windows[0].notice.text.replace("\\n", " "), flush=True)
+        second.start()
+
+def second_done():
+    out = bytes(second.readAllStandardOutput().data()).decode().strip()
+    print("second:", second.exitCode(), out, flush=True)
+    app.closeAllWindows()
+
+second.finished.connect(second_done)
+timer = QTimer(interval=100)
+timer.timeout.connect(loaded)
+timer.start()
+print("exit", run_gui(AppPaths.default()), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "home_holds, notice",
+    [
+        ("used folders", "Check that the folder is writable"),  # a copy of a data folder, mounted read-only
+        ("a crashed window's lock", "Check that the folder is writable"),  # its lock file cannot be taken over
+        ("nothing", "folders could not be created"),
+    ],
+)
+def test_a_read_only_data_folder_opens_the_window_and_a_second_start_finds_it(
+    home_holds: str, notice: str, tmp_path: Path, tiny_model_folder: Path, real_paths: AppPaths
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    paths = AppPaths(home / "config", home / "data", real_paths.cache_dir)
+    if home_holds != "nothing":
+        write_settings(paths.ensure(), tiny_model_folder, max_new_tokens=8)
+        store = HistoryStore(paths.data_dir / "history.sqlite3")
+        store.add_message(store.create_conversation("kept").id, "user", "hello")
+        store.close()
+    if home_holds == "a crashed window's lock":
+        crash = "import os, sys; from PySide6.QtCore import QLockFile; lock = QLockFile(sys.argv[1]); lock.tryLock(0); "
+        subprocess.run([sys.executable, "-c", crash + "os.kill(os.getpid(), 9)", str(paths.data_dir / "window.lock")])
+        assert (paths.data_dir / "window.lock").exists()
+    env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
+    env["LOOKAHEAD_CHAT_CACHE"] = str(paths.cache_dir)
+    command = read_only(home, [sys.executable, "-c", READ_ONLY_WINDOW])
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert "already running" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 0 and "exit 0" in done.stdout, done.stderr[-2000:]
+    shown = next(line for line in done.stdout.splitlines() if line.startswith("notice:"))
+    assert notice in shown and "will not be kept" in shown  # the window says what the folder means
+    second = next(line for line in done.stdout.splitlines() if line.startswith("second:"))
+    assert second.startswith("second: 0 Lookahead Chat is already running") and "brought to the front" in second

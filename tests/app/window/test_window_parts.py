@@ -215,3 +215,17 @@ print("exit", code)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "offline True" in done.stdout and "exit 0" in done.stdout
     assert "asyncio loop qasync" in done.stdout  # the window's event loop runs asyncio tasks
+
+
+def test_help_shows_every_shortcut_whole_without_scrolling(qtbot) -> None:
+    from app.window.dialogs import HelpDialog
+
+    dialog = HelpDialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    table = dialog.table
+    assert not table.horizontalScrollBar().isVisible() and not table.verticalScrollBar().isVisible()
+    for column in range(table.columnCount()):  # no text cut short: each column as wide as its longest text
+        assert table.columnWidth(column) >= table.sizeHintForColumn(column)
+    assert table.rowViewportPosition(table.rowCount() - 1) + table.rowHeight(0) <= table.viewport().height()
