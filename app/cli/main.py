@@ -58,6 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(LOG_FORMAT) if args.verbose else OneLineFormatter(LOG_FORMAT))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    if args.command is None and not args.self_test:
+        from app.window.main import run_gui  # Qt loads only for the window
+
+        return run_gui(AppPaths.default())  # it opens on folders it cannot create too, and says so in its notice
     try:
         paths = AppPaths.default().ensure()  # a home that is a file is said at once, before any command runs
     except AppFolderError as err:
@@ -67,10 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.cli import self_test  # the command's own module, as below
 
         return self_test.run(paths)
-    if args.command is None:
-        from app.window.main import run_gui  # Qt loads only for the window
-
-        return run_gui(paths)
     from app.cli.output import error_message  # core.engine and core.models load torch: not for --help
     from core.models.errors import ModelError
 
