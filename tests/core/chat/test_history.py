@@ -244,10 +244,15 @@ def test_a_damaged_history_is_moved_aside_and_a_new_one_started(tmp_path: Path) 
     assert problem is not None and "is damaged" in problem and str(aside) in problem and "new, empty history" in problem
     assert "writable" not in problem and "Restart" not in problem  # it was set aside already: nothing left to do
     assert store.path == tmp_path / HISTORY_FILE  # a real file again, not a memory-only session
+    assert_keeps_chats_and_the_next_start_is_clean(store, tmp_path)
+
+
+def assert_keeps_chats_and_the_next_start_is_clean(store: HistoryStore, folder: Path) -> None:
+    """The history that replaced a file set aside saves a chat, and the next start finds it with no notice."""
     conv = store.create_conversation("after")
     store.add_message(conv.id, "user", "kept")
     store.close()
-    again, problem = open_history(tmp_path)  # the next start is clean
+    again, problem = open_history(folder)
     assert problem is None and [c.title for c in again.conversations()] == ["after"]
     again.close()
 
@@ -293,12 +298,7 @@ def test_a_file_that_is_not_our_history_is_set_aside_untouched(kind: str, reason
         f"{path} is not a Lookahead Chat history ({reason}). It was kept as {aside}; a new, empty history was started."
     )
     assert store.path == path and path.is_file()  # a real history again, not a memory-only session
-    conv = store.create_conversation("after")
-    store.add_message(conv.id, "user", "kept")
-    store.close()
-    again, problem = open_history(tmp_path)  # the next start is clean
-    assert problem is None and [c.title for c in again.conversations()] == ["after"]
-    again.close()
+    assert_keeps_chats_and_the_next_start_is_clean(store, tmp_path)
 
 
 def test_damage_in_the_last_page_is_caught_at_open(tmp_path: Path) -> None:
