@@ -38,6 +38,7 @@ from app.server.control import ServerControl
 from app.server.indicator import ServerIndicator
 from app.settings.dialog import SettingsDialog
 from app.settings.live import LiveSettings
+from app.settings.remote_panel import keep_key
 from app.toolbar.mode_controls import ModeControls
 from app.toolbar.preset_controls import PresetControls
 from app.window.dialogs import AboutDialog, HelpDialog
@@ -253,6 +254,7 @@ class MainWindow(QMainWindow):
         settings = self.settings.current
         self.model = None
         self.model_button.setText(f"loading {settings.source.display_name}…")
+        self._show_source()
         self.figures.set_model(None)
         self.figures.set_state("loading model")
         self.load_panel.show_progress(f"Loading {settings.source.display_name}", 0.0)
@@ -274,7 +276,7 @@ class MainWindow(QMainWindow):
         self.model = info
         self._load_token = None
         self.load_panel.hide()
-        self.model_button.setText(f"{info.name} · {'GPU' if info.device_kind == 'cuda' else 'CPU'} · {info.precision}")
+        self._show_source()
         self.figures.set_model(info)
         if self.chat.busy:
             self._update_figures()  # an answer waited for the model: it starts now
@@ -282,9 +284,20 @@ class MainWindow(QMainWindow):
             self.figures.set_state("ready")
         log.info("model %s ready on %s in %.1f s", info.name, info.device_label, info.load_seconds)
 
+    def _show_source(self) -> None:
+        """The toolbar's model button: the remote model answering, or the local one loaded."""
+        remote, info = self.settings.current.remote.source(), self.model
+        if remote is not None:
+            self.model_button.setText(f"remote: {remote.model} at {remote.host}")
+        elif info is not None:
+            self.model_button.setText(
+                f"{info.name} · {'GPU' if info.device_kind == 'cuda' else 'CPU'} · {info.precision}"
+            )
+
     def _load_failed(self, message: str) -> None:
         self._load_token = None
         self.model_button.setText("no model")
+        self._show_source()
         self.figures.set_state("no model")
         self.load_panel.show_failure(message)
 
@@ -295,7 +308,10 @@ class MainWindow(QMainWindow):
         if tab:
             dialog.show_tab(tab)
         if dialog.exec():
-            self.apply_settings(dialog.result_settings())
+            new = dialog.result_settings()
+            if dialog.remote.typed_key:
+                keep_key(new.remote.url, dialog.remote.typed_key, self, self.notice.show_message)
+            self.apply_settings(new)
 
     def apply_settings(self, new: Settings) -> None:
         """Use and save new settings (the Settings dialog's) and show them in the toolbar's controls."""
@@ -309,6 +325,8 @@ class MainWindow(QMainWindow):
         system prompt (the default may have changed). The server follows the settings itself."""
         if (old.source, old.load) != (new.source, new.load):
             self.load_model()
+        if old.remote != new.remote:
+            self._show_source()
         if old.theme != new.theme:
             self.apply_theme()
         self._show_system_prompt()
@@ -427,7 +445,7 @@ class MainWindow(QMainWindow):
 
     def _answer_done(self, outcome: AnswerOutcome) -> None:
         self.last_outcome = outcome
-        if self.model is not None and outcome.device_label:
+        if self.model is not None and outcome.device_label and not outcome.remote:
             self.figures.set_device_label(outcome.device_label, self.model.device_kind, self.model.precision)
         self._update_figures()
 
@@ -442,7 +460,8 @@ class MainWindow(QMainWindow):
                 live.context(),
             )
         elif self.last_outcome is not None and self.last_outcome.figures is not None:
-            self.figures.show_final(self.last_outcome.figures, self.model)
+            last = self.last_outcome
+            self.figures.show_final(last.figures, None if last.remote else self.model)
         elif self.model is not None:
             self.figures.set_state("ready")
 

@@ -121,6 +121,11 @@ class AnswerOutcome:
     rejected: bool = False
 
     @property
+    def remote(self) -> bool:
+        """A remote engine answered (its device label is ``remote host:port``)."""
+        return (self.device_label or "").startswith("remote ")
+
+    @property
     def error(self) -> str | None:
         """What the user reads when the answer failed: why, what to do, and that the text so far is kept."""
         if self.failure is None:
