@@ -1,0 +1,73 @@
+"""Remotes that are real servers: ``lookahead-chat serve`` in a sub-process, and small aiohttp servers of our own."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+API_KEY = "sk-remote-29-do-not-leak"
+
+
+@dataclass
+class Serve:
+    """A running ``lookahead-chat serve``: its process, base URL, and the model it serves."""
+
+    proc: subprocess.Popen
+    url: str
+    model: str = "tiny"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate(timeout=30)
+
+
+def start_serve(model_folder: Path, home: Path, api_key: str = API_KEY) -> Serve:
+    """``serve`` on the tiny model on a free port, plain decoding, requiring ``api_key``."""
+    env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(home), "LOOKAHEAD_CHAT_API_KEY": api_key, "OMP_NUM_THREADS": "1"}
+    env.pop("LOOKAHEAD_CHAT_CACHE", None)
+    args = [
+        "serve",
+        "--model",
+        str(model_folder),
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--port",
+        "0",
+        "--mode",
+        "plain",
+    ]
+    start = f"import runpy, sys; sys.argv = ['app', *{args!r}]; runpy.run_module('app', run_name='__main__')"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", start], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
+    line = proc.stdout.readline()
+    match = re.search(r"Serving (\S+) on (http://127\.0\.0\.1:\d+/v1)", line)
+    if not match:
+        proc.kill()
+        raise AssertionError(line + proc.communicate(timeout=30)[1][-3000:])
+    return Serve(proc, match.group(2), match.group(1))
+
+
+@pytest.fixture(scope="module")
+def remote_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The servers' home for a module: the first measures Auto for the tiny model, the next find it stored."""
+    return tmp_path_factory.mktemp("remote-home")
+
+
+@pytest.fixture(scope="module")
+def remote_serve(tiny_model_folder: Path, remote_home: Path) -> Iterator[Serve]:
+    """One ``serve`` for a module's tests (it takes seconds to start)."""
+    served = start_serve(tiny_model_folder, remote_home)
+    yield served
+    served.stop()
