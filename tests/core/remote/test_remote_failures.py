@@ -184,3 +184,20 @@ def test_without_a_credential_store_the_key_goes_through_a_variable(monkeypatch:
     assert resolve_key("http://gpu:8000/v1") == ""
     monkeypatch.setenv("REMOTE29_VAR", "sk-2")
     assert resolve_key("http://gpu:8000/v1", "REMOTE29_VAR") == "sk-2"
+
+
+def test_the_settings_name_the_remote_and_refuse_what_cannot_work() -> None:
+    from core.settings import RemoteSettings, Settings
+
+    kept = Settings.from_json(
+        {"remote": {"enabled": True, "url": " http://gpu-box:8000/ ", "model": "m", "key_env": "K"}}
+    )
+    assert kept.remote == RemoteSettings(True, "http://gpu-box:8000/v1", "m", "K")
+    assert kept.remote.source().host == "gpu-box:8000" and "api_key" not in str(kept.to_json()["remote"])
+    for bad, said in (
+        ({"url": "gpu-box:8000"}, "is not a server address"),
+        ({"enabled": True, "url": "http://gpu:1/v1"}, "No remote model is chosen"),
+        ({"url": "http://gpu:1/v1", "key_env": "MY-KEY"}, "is not an environment variable name"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            Settings.from_json({"remote": bad})

@@ -18,7 +18,7 @@ from core.engine.remote_thread import RemoteThread
 from core.progress import CancelToken
 from core.remote import RemoteSource, RemoteTarget, list_models
 from core.settings import LookaheadSettings, SamplingSettings
-from tests.core.remote.conftest import API_KEY, Serve, start_serve
+from tests.remote_serve import API_KEY, Serve, start_serve
 
 KEY_VARIABLE = "REMOTE29_TEST_KEY"
 
@@ -138,3 +138,20 @@ def test_a_remote_killed_mid_answer_keeps_every_character(
     assert outcome.finish_reason == "error" and len(heard.deltas) >= 3
     assert outcome.text == "".join(heard.deltas)
     assert "closed the connection mid-answer" in outcome.error and outcome.error.endswith("The text so far is kept.")
+
+
+def test_compare_runs_the_local_model_against_the_remote_and_gives_both_rates(
+    remote_serve: Serve, tiny_ready, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.compare.remote_run import LOCAL, REMOTE, LocalRemoteRun, local_remote_summary
+    from core.compare.run import RunDone
+    from core.settings import RemoteSettings, Settings
+
+    monkeypatch.setenv(KEY_VARIABLE, API_KEY)
+    settings = Settings(mode="plain", remote=RemoteSettings(True, remote_serve.url, remote_serve.model, KEY_VARIABLE))
+    run = LocalRemoteRun(tiny_ready, settings.remote.source(), settings, "Hello there", 8, CancelToken())
+    done = [event.record for event in run if isinstance(event, RunDone)]
+    assert [record.mode for record in done] == [LOCAL, REMOTE] and run.result().runs == done
+    assert all(record.text and record.stats.new_tokens == 8 for record in done)  # the remote side: the server's usage
+    line = local_remote_summary(run.result())
+    assert line.startswith("local ") and " tok/s · remote " in line and "x the local rate." in line

@@ -1,4 +1,4 @@
-"""Remotes that are real servers: ``lookahead-chat serve`` in a sub-process, and small aiohttp servers of our own."""
+"""``lookahead-chat serve`` in a sub-process, as the remote engine of the remote-source tests."""
 
 from __future__ import annotations
 
@@ -6,13 +6,10 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "sk-remote-29-do-not-leak"
 
 
@@ -57,17 +54,3 @@ def start_serve(model_folder: Path, home: Path, api_key: str = API_KEY) -> Serve
         proc.kill()
         raise AssertionError(line + proc.communicate(timeout=30)[1][-3000:])
     return Serve(proc, match.group(2), match.group(1))
-
-
-@pytest.fixture(scope="module")
-def remote_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The servers' home for a module: the first measures Auto for the tiny model, the next find it stored."""
-    return tmp_path_factory.mktemp("remote-home")
-
-
-@pytest.fixture(scope="module")
-def remote_serve(tiny_model_folder: Path, remote_home: Path) -> Iterator[Serve]:
-    """One ``serve`` for a module's tests (it takes seconds to start)."""
-    served = start_serve(tiny_model_folder, remote_home)
-    yield served
-    served.stop()
