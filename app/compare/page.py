@@ -100,7 +100,7 @@ class ComparePage(QWidget):
         self.compare_button = QPushButton("Compare")
         self.compare_button.setDefault(True)
         self.compare_button.clicked.connect(self.start)
-        self.against_remote = QCheckBox("Local against remote")
+        self.against_remote = QCheckBox("Local against remote (the remote source of Settings, Model)")
         self.against_remote.setToolTip(
             "Answer the prompt with the local model (in the toolbar's mode), then with the remote source of "
             "Settings, Model, and show both rates"
@@ -124,7 +124,6 @@ class ComparePage(QWidget):
             self.max_tokens,
             QLabel("Repeats"),
             self.repeats,
-            self.against_remote,
             self.compare_button,
             self.stop_button,
         ):
@@ -160,6 +159,9 @@ class ComparePage(QWidget):
 
         layout = QVBoxLayout(self)
         layout.addWidget(self.prompt)
+        layout.addWidget(
+            self.against_remote
+        )  # a line of its own: the controls' row is as wide as a 1366 px screen allows
         layout.addLayout(controls)
         layout.addWidget(self.status)
         layout.addWidget(self.summary)

@@ -254,8 +254,8 @@ class MainWindow(QMainWindow):
         settings = self.settings.current
         self.model = None
         self.model_button.setText(f"loading {settings.source.display_name}…")
-        self._show_source()
         self.figures.set_model(None)
+        self._show_source()
         self.figures.set_state("loading model")
         self.load_panel.show_progress(f"Loading {settings.source.display_name}", 0.0)
         self._load_token = self.worker.load(settings.source, settings.load)
@@ -276,8 +276,8 @@ class MainWindow(QMainWindow):
         self.model = info
         self._load_token = None
         self.load_panel.hide()
-        self._show_source()
         self.figures.set_model(info)
+        self._show_source()
         if self.chat.busy:
             self._update_figures()  # an answer waited for the model: it starts now
         else:
@@ -285,14 +285,16 @@ class MainWindow(QMainWindow):
         log.info("model %s ready on %s in %.1f s", info.name, info.device_label, info.load_seconds)
 
     def _show_source(self) -> None:
-        """The toolbar's model button: the remote model answering, or the local one loaded."""
+        """The toolbar's model button and the status bar's device: the remote answering, or the local model loaded."""
         remote, info = self.settings.current.remote.source(), self.model
         if remote is not None:
             self.model_button.setText(f"remote: {remote.model} at {remote.host}")
+            self.figures.device.setText(f"answers from {remote.host}")
         elif info is not None:
             self.model_button.setText(
                 f"{info.name} · {'GPU' if info.device_kind == 'cuda' else 'CPU'} · {info.precision}"
             )
+            self.figures.set_model(info)
 
     def _load_failed(self, message: str) -> None:
         self._load_token = None
@@ -456,7 +458,7 @@ class MainWindow(QMainWindow):
             self.figures.show_live(
                 live.start is not None,
                 live.live_rate() if figures else None,
-                figures.tokens_per_step if figures else None,
+                figures.tokens_per_step if figures and not figures.remote else None,
                 live.context(),
             )
         elif self.last_outcome is not None and self.last_outcome.figures is not None:

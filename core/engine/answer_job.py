@@ -95,8 +95,15 @@ class AnswerFigures:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def remote(self) -> bool:
+        """A remote engine answered: its "steps" are the chunks it streamed, so no tokens/step is shown."""
+        return self.mode.startswith("remote ")
+
     def summary(self) -> str:
         """The line under an answer: ``38.2 tok/s · 1.9 tokens/step · lookahead W7 N5 G7 · 212 tokens``."""
+        if self.remote:
+            return f"{self.tokens_per_second:.1f} tok/s · {self.mode} · {self.new_tokens} tokens"
         return (
             f"{self.tokens_per_second:.1f} tok/s · {self.tokens_per_step:.2f} tokens/step · "
             f"{self.mode} · {self.new_tokens} tokens"

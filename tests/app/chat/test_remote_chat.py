@@ -38,6 +38,13 @@ def test_the_window_chats_with_a_remote_serve_and_keeps_no_key(
     first = ui.stored(window)[-1]
     assert first.status in ("complete", "truncated") and first.content and first.mode.startswith("remote ")
     assert window.chat_view.messages[-1].text == first.content
+    host = remote_serve.url.split("/")[2]
+    assert window.figures.device.text() == f"answers from {host}" and "tokens/step" not in window.figures.step.text()
+    assert (
+        window.chat_view.messages[-1]
+        .figures.text()
+        .startswith(f"{first.stats['tokens_per_second']:.1f} tok/s · remote ")
+    )
 
     window.set_sampling(SamplingSettings(max_new_tokens=900))
     ui.send(window, "Tell me more", wait=False)

@@ -5,20 +5,23 @@ and a closed port. Each ends in one line that says what to do, never a traceback
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 
+import keyring
 import pytest
 from aiohttp import web
+from keyring.backends.fail import Keyring as NoStore
 
 from core.chat.prompt import Message
 from core.engine.answer_job import AnswerJob, AnswerOutcome, AnswerRequest
 from core.engine.remote_answer import COUNTED_BY_CHUNKS, request_body
 from core.progress import CancelToken
 from core.remote import KeyStoreError, RemoteSource, RemoteTimeouts, resolve_key, store_key
-from core.settings import LookaheadSettings, SamplingSettings
+from core.settings import LookaheadSettings, RemoteSettings, SamplingSettings, Settings
 from tests.core.remote.test_remote_serve import Heard
 
 SEEN = web.AppKey("seen", list)
@@ -26,8 +29,6 @@ FAST = RemoteTimeouts(connect=2.0, chunk=0.4)
 
 
 def _chunk(text: str | None = None, finish: str | None = None) -> bytes:
-    import json
-
     choice = {"index": 0, "delta": {"content": text} if text is not None else {}, "finish_reason": finish}
     return f"data: {json.dumps({'choices': [choice]})}\n\n".encode()
 
@@ -175,9 +176,6 @@ def test_stop_during_a_stalled_stream_ends_at_once_and_the_request_maps_the_sett
 
 
 def test_without_a_credential_store_the_key_goes_through_a_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    import keyring
-    from keyring.backends.fail import Keyring as NoStore
-
     monkeypatch.setattr(keyring.core, "_keyring_backend", NoStore())  # as on CI and headless Linux
     with pytest.raises(KeyStoreError, match="environment variable and name it in Settings, Model"):
         store_key("http://gpu:8000/v1", "sk-1")
@@ -187,8 +185,6 @@ def test_without_a_credential_store_the_key_goes_through_a_variable(monkeypatch:
 
 
 def test_the_settings_name_the_remote_and_refuse_what_cannot_work() -> None:
-    from core.settings import RemoteSettings, Settings
-
     kept = Settings.from_json(
         {"remote": {"enabled": True, "url": " http://gpu-box:8000/ ", "model": "m", "key_env": "K"}}
     )

@@ -12,12 +12,14 @@ import pytest
 
 from app.cli.main import main
 from core.chat.prompt import Message
+from core.compare.remote_run import LOCAL, REMOTE, LocalRemoteRun, local_remote_summary
+from core.compare.run import RunDone
 from core.engine.answer_job import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart
 from core.engine.remote_answer import COUNTED_BY_CHUNKS
 from core.engine.remote_thread import RemoteThread
 from core.progress import CancelToken
 from core.remote import RemoteSource, RemoteTarget, list_models
-from core.settings import LookaheadSettings, SamplingSettings
+from core.settings import LookaheadSettings, RemoteSettings, SamplingSettings, Settings
 from tests.remote_serve import API_KEY, Serve, start_serve
 
 KEY_VARIABLE = "REMOTE29_TEST_KEY"
@@ -143,10 +145,6 @@ def test_a_remote_killed_mid_answer_keeps_every_character(
 def test_compare_runs_the_local_model_against_the_remote_and_gives_both_rates(
     remote_serve: Serve, tiny_ready, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from core.compare.remote_run import LOCAL, REMOTE, LocalRemoteRun, local_remote_summary
-    from core.compare.run import RunDone
-    from core.settings import RemoteSettings, Settings
-
     monkeypatch.setenv(KEY_VARIABLE, API_KEY)
     settings = Settings(mode="plain", remote=RemoteSettings(True, remote_serve.url, remote_serve.model, KEY_VARIABLE))
     run = LocalRemoteRun(tiny_ready, settings.remote.source(), settings, "Hello there", 8, CancelToken())
