@@ -290,6 +290,8 @@ class MainWindow(QMainWindow):
         if remote is not None:
             self.model_button.setText(f"remote: {remote.model} at {remote.host}")
             self.figures.device.setText(f"answers from {remote.host}")
+            self.figures.auto.setText("")  # the local model's Auto and context do not apply
+            self.figures.context.setText("")
         elif info is not None:
             self.model_button.setText(
                 f"{info.name} · {'GPU' if info.device_kind == 'cuda' else 'CPU'} · {info.precision}"
