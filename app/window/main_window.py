@@ -313,7 +313,7 @@ class MainWindow(QMainWindow):
             dialog.show_tab(tab)
         if dialog.exec():
             new = dialog.result_settings()
-            if dialog.remote.typed_key:
+            if dialog.remote.typed_key and new.remote.url:
                 keep_key(new.remote.url, dialog.remote.typed_key, self, self.notice.show_message)
             self.apply_settings(new)
 
