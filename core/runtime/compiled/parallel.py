@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from core.progress import Cancelled
-from core.runtime.compiled.package import CompileJob, compile_job, compile_package
+from core.runtime.compiled.package import CompileJob, compile_jobs, compile_package
 from core.runtime.compiled.step import why_not_compilable
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def compile_in_parallel(
 
     try:
         get_cpp_compiler()  # none (Windows without Visual Studio's, say): no children that could only fail
-        jobs = {job.path: job for job in (compile_job(m) for m in models if why_not_compilable(m) is None)}
+        jobs = {job.path: job for m in models if why_not_compilable(m) is None for job in compile_jobs(m)}
     except Exception as err:  # compile_step meets the same failure and reports it
         log.warning("step packages not compiled side by side: %s", err)
         return

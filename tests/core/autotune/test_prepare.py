@@ -185,15 +185,14 @@ def test_a_compiled_step_in_the_cache_is_compiled_again_at_the_next_start(tiny_m
     cal.ensure_calibrated(loaded, app_paths)
     path = _path(app_paths, loaded)
     stored = json.loads(path.read_text())
-    stored["calibration"].update(layout="plain", compiled=True)  # as where compiling measured faster
+    stored["calibration"].update(layout="plain", compiled=True, compiled_rows=True)  # as where both measured faster
     path.write_text(json.dumps(stored))
     again = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
     stages: list[tuple[str, float]] = []
     calibration = cal.ensure_calibrated(again, app_paths, lambda stage, f: stages.append((stage, f))).calibration
-    assert calibration.compiled and again.prepared.compiled is not None
-    assert (
-        stages == [(cal.COMPILE_STAGE, 0.0), (cal.COMPILE_STAGE, 1.0)] and "compiled 1-token step" in calibration.reason
-    )
+    step = again.prepared.compiled
+    assert calibration.compiled and step is not None and step.one_token is not None and step.rows is not None
+    assert stages == [(cal.COMPILE_STAGE, 0.0), (cal.COMPILE_STAGE, 1.0)] and "compiled steps" in calibration.reason
 
 
 def test_a_variant_is_compiled_only_if_it_might_overtake_the_fastest() -> None:
@@ -234,7 +233,7 @@ def test_packed_weights_join_the_side_by_side_compile_on_their_plain_copy(tmp_pa
     apply_layout(fp32, PACKED)  # what choose_layout keeps for fp32 here (a bigger model's bf16, elsewhere)
     with caplog.at_level(logging.INFO, logger="core.runtime.compiled.parallel"):
         variants = cal.prepare_variants({"fp32": fp32, "int8": int8}, None)
-    assert "2 step packages compiled side by side" in caplog.text
+    assert "4 step packages compiled side by side" in caplog.text  # each variant's 1-token and rows layers
     compiled = variants.models["fp32"].compiled is not None
     assert layout_of(fp32) == (PACKED_ROWS if compiled else PACKED)  # the copy only with the step
 
@@ -273,13 +272,13 @@ def test_without_its_compiler_a_cached_fp32_step_drops_the_plain_copy(
     cal.ensure_calibrated(loaded, app_paths)
     path = _path(app_paths, loaded)
     stored = json.loads(path.read_text())
-    stored["calibration"].update(layout=PACKED_ROWS, compiled=True)  # as where the compiled fp32 step won
+    stored["calibration"].update(layout=PACKED_ROWS, compiled=True, compiled_rows=True)  # as where they won
     path.write_text(json.dumps(stored))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # its package gone, and no compiler now
     again = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
     with inductor_config.patch({"cpp.cxx": (None, str(tmp_path / "no-such-compiler"))}):
         calibration = cal.ensure_calibrated(again, app_paths).calibration
-    assert not calibration.compiled and again.prepared.compiled is None
+    assert not calibration.compiled and not calibration.compiled_rows and again.prepared.compiled is None
     assert calibration.layout == layout_of(again.model) == PACKED  # fp32's plain copy served only the compiled step
     assert "compiled" not in calibration.reason
 

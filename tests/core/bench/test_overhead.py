@@ -21,7 +21,7 @@ def test_every_implementation_is_profiled_and_their_parts_add_up() -> None:
     names = ["transformers", "lean"] + (
         ["lean, packed weights"] if packing_available() else []
     )  # fp32: no plain row copy
-    names.append("lean, compiled 1-token step")  # the plain-layout model compiles (the packed one has no plain weights)
+    names.append("lean, compiled")  # the plain-layout model compiles (the packed one has no plain weights)
     assert [(p.implementation, p.size) for p in profiles] == [(n, s) for s in (1, 6) for n in names]
     for p in profiles:
         assert set(p.parts_ms) == set(CATEGORIES)
