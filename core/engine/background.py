@@ -57,6 +57,7 @@ class Gate(CancelToken):
         self._open = threading.Event()
         self._open.set()
         self.waiting = threading.Event()  # set while a measurement waits at the gate
+        self.waited_at: list[float] = []  # when each wait began (time.monotonic)
 
     def pause(self) -> None:
         self._open.clear()
@@ -76,6 +77,7 @@ class Gate(CancelToken):
     @property
     def cancelled(self) -> bool:
         if not self._open.is_set():
+            self.waited_at.append(time.monotonic())
             self.waiting.set()
             self._open.wait()
             self.waiting.clear()
@@ -210,6 +212,8 @@ class BackgroundCalibration:
                     waited = (time.perf_counter() - start) / (EXPECTED_SECONDS * len(missing))
                     listener.progress(COMPILING, 1 - math.exp(-waited))
                     time.sleep(POLL_S)
+                if self.gate.stopped:  # stopped from another thread (cancel() kills the children)
+                    raise Cancelled
                 for (child, errors), job in zip(started, missing):
                     report_failure(child, errors, job)  # calibration then compiles it here, or the step stays eager
             finally:

@@ -243,8 +243,9 @@ class ModelThread:
     def _upgrade(self, job: _Upgrade) -> None:
         """The background work's result, between jobs, for the model it prepared (not one loaded since)."""
         with self._lock:
-            if self._background is job.background:
-                self._background = None
+            if self._background is not job.background:  # stopped for a new load or at exit: nothing to apply
+                return
+            self._background = None
         ready = self._ready
         if ready is None or ready.background is not job.background:
             return
