@@ -7,11 +7,12 @@ import threading
 import time
 
 from core.chat.prompt import Message
-from core.engine.answer_job import AnswerJob, AnswerRequest
+from core.engine.answer_job import AnswerRequest
 from core.engine.background import COMPILING, MEASURING, MEASURING_REASON, BackgroundCalibration
 from core.engine.model_thread import ModelThread
 from core.engine.ready import ReadyModel, make_ready
 from core.models.options import LoadOptions, ModelSource
+from core.paths import AppPaths
 from core.settings import LookaheadSettings, SamplingSettings
 from tests.core.engine.test_answer_job import Heard
 
@@ -70,7 +71,7 @@ class Answer:
         thread.answer(request, self.heard)
 
 
-def test_a_first_load_answers_at_once_and_auto_measures_between_answers(tiny_model_folder, app_paths) -> None:
+def test_a_first_load_answers_at_once_and_auto_measures_between_answers(tiny_model_folder, app_paths, tmp_path) -> None:
     """The window's first start: the model is ready without measuring; the background work compiles,
     then measures; an answer that starts meanwhile stops the measurement within 0.5 s, which goes on
     after it; the faster step then answers, and the next start reads the calibration."""
@@ -105,7 +106,10 @@ def test_a_first_load_answers_at_once_and_auto_measures_between_answers(tiny_mod
     assert thread.background is None and events.info.auto_reason.startswith("Auto: ")
     assert events.info.auto_reason != MEASURING_REASON and events.message
     # a new data folder on the same machine (the same cache) reads the calibration: nothing runs in the background
-    again = ModelThread(app_paths)
+    fresh = AppPaths(
+        tmp_path / "new-home" / "config", tmp_path / "new-home" / "data", app_paths.cache_dir, app_paths.calibration
+    )
+    again = ModelThread(fresh.ensure())
     try:
         again.load(source, options)
         deadline = time.monotonic() + 60
