@@ -57,7 +57,7 @@ class _Background:
         self.ended.set()
 
 
-def _finish(background: BackgroundCalibration, reports: _Background) -> None:
+def _finish(background: BackgroundCalibration, reports: _Background, ready: ReadyModel) -> None:
     """Let the background work measure, now that no answer runs, and say what it gave."""
     print(FINISHING, file=sys.stderr)
     reports.quiet = False
@@ -67,6 +67,7 @@ def _finish(background: BackgroundCalibration, reports: _Background) -> None:
     end_progress_line()
     upgrade = reports.upgrade
     if upgrade is not None:
+        ready.upgrade(upgrade)  # what Auto runs from the next start on
         print(upgrade.message or upgrade.auto.reason, file=sys.stderr)
 
 
@@ -115,17 +116,17 @@ def _answer(
             failure = outcome.failure.message if outcome is not None and outcome.failure else "the answer did not end"
             print(f"error: {failure}", file=sys.stderr)
             return 1
-        if args.stats and outcome.figures is not None:
+        dtype = str(ready.loaded.dtype).removeprefix("torch.")  # what answered (the background work may change it)
+        if background is not None:
+            _finish(background, reports, ready)
+        if args.stats and outcome.figures is not None:  # last: a script reads them off the last lines
             f = outcome.figures
-            dtype = str(ready.loaded.dtype).removeprefix("torch.")
             print(
                 f"{f.new_tokens} tokens, {f.tokens_per_second:.1f} tok/s, {f.tokens_per_step:.2f} tokens/step ({f.mode}; {dtype})",
                 file=sys.stderr,
             )
             if mode == "auto":
                 print(ready.auto.reason, file=sys.stderr)
-        if background is not None:
-            _finish(background, reports)
     except KeyboardInterrupt:
         end_progress_line()
         print("\nstopped.", file=sys.stderr)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
+from core.autotune.calibration import Calibration
 from core.autotune.measure import measure_step_seconds
 from core.autotune.prepare import AutoTuning, calibrate_or_plain
 from core.models.loader import LoadedModel
@@ -225,6 +226,23 @@ class BackgroundCalibration:
             for child, job in zip(self.children, self._jobs):
                 stop_child(child, job)
             self.children, self._jobs = [], []
+
+
+def compiled_step_missing(loaded: LoadedModel, calibration: Calibration, paths: AppPaths) -> bool:
+    """Whether the compiled step a stored calibration chose has no package in the cache (cleared, or
+    another compile cache): applying it would compile before the first answer, so it is prepared in
+    the background instead."""
+    if not calibration.compiled or why_not_compilable(loaded.model, weights=False) is not None:
+        return False
+    set_compile_cache(paths.cache_dir)
+    model = _one_layer(loaded.model)
+    if calibration.quantization == "8bit" and loaded.quantization == "none":
+        model = int8_copy(model)
+    elif calibration.dtype != str(loaded.dtype).removeprefix("torch.") and loaded.quantization == "none":
+        model = model.to(getattr(torch, calibration.dtype))
+    if why_not_compilable(model) is not None:
+        return False
+    return not compile_job(model).path.exists()
 
 
 def ready_message(auto: AutoTuning, speedup: float) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from core.autotune.prepare import AutoTuning, calibrate_or_plain
 from core.autotune.store import CalibrationStore
 from core.chat.pools import ConversationPools
-from core.engine.background import MEASURING_REASON, BackgroundCalibration, Upgrade
+from core.engine.background import MEASURING_REASON, BackgroundCalibration, Upgrade, compiled_step_missing
 from core.models.device import NAME_BY_DTYPE
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
@@ -82,10 +82,12 @@ def make_ready(
     """Prepare ``loaded`` for this machine and Auto (a failure or Cancel leaves Auto decoding plain).
 
     A calibration stored for this machine set-up is applied now (milliseconds, and loading the
-    compiled step). Without one, ``background`` answers at once, eagerly and plainly, and leaves the
-    measuring to the returned model's ``background`` (the caller starts it); else it is measured now.
+    compiled step). Without one (or without its compiled step in the cache), ``background`` answers at
+    once, eagerly and plainly, and leaves the work to the returned model's ``background`` (the caller
+    starts it); else it is measured now.
     """
     pools = pools if pools is not None else ConversationPools()
-    if background and CalibrationStore.of(paths, loaded).read() is None:
+    stored = CalibrationStore.of(paths, loaded).read() if background else None
+    if background and (stored is None or compiled_step_missing(loaded, stored, paths)):
         return ReadyModel(loaded, AutoTuning(MEASURING_REASON), pools, BackgroundCalibration(loaded, paths))
     return ReadyModel(loaded, calibrate_or_plain(loaded, paths, progress, cancel), pools)
