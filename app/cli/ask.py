@@ -18,6 +18,7 @@ from core.paths import AppPaths
 from core.settings import Settings
 
 FINISHING = "Auto measures this machine once, after this answer (Ctrl+C stops it; the next start goes on from there)"
+"""Said in a terminal; from a script ``ask`` stops the background work at exit, keeping what it compiled."""
 
 
 class _Printer:
@@ -117,7 +118,7 @@ def _answer(
             print(f"error: {failure}", file=sys.stderr)
             return 1
         dtype = str(ready.loaded.dtype).removeprefix("torch.")  # what answered (the background work may change it)
-        if background is not None:
+        if background is not None and sys.stderr.isatty():  # a script is not kept waiting: the work stops at exit
             _finish(background, reports, ready)
         if args.stats and outcome.figures is not None:  # last: a script reads them off the last lines
             f = outcome.figures
