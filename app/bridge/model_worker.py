@@ -43,6 +43,10 @@ class ModelWorker(QObject):
         self.thread.answer(request, self.answers.listener(job_id))
         return job_id
 
+    def cancel_background(self) -> None:
+        """Stop the background measurement (Cancel in the status bar): Auto stays plain until the next load."""
+        self.thread.cancel_background()
+
     def run_job(self, job: StepsJob) -> None:
         """Queue a step job; it runs with the loaded model after the jobs queued before it (Compare mode too)."""
         self.thread.submit(job)

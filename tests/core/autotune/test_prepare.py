@@ -342,3 +342,25 @@ def test_the_status_line_says_greedy_answers_may_vary_only_where_they_can(tiny_m
         assert auto.reason == auto.calibration.reason
     else:
         assert auto.reason == cal.auto_reason(auto.calibration, "int8 weights") != auto.calibration.reason
+
+
+def test_the_calibration_in_the_cache_serves_every_data_folder_and_an_old_one_is_still_read(
+    tiny_loaded, app_paths, tmp_path
+) -> None:
+    from core.autotune.calibration import Calibration
+    from core.autotune.curve import StepCostCurve
+    from core.autotune.predict import grid, predict
+    from core.paths import AppPaths
+
+    curve = StepCostCurve((1, 2, 4, 8, 16, 32), (0.038, 0.040, 0.040, 0.042, 0.043, 0.048))
+    calibration = Calibration("cpu", "float32", curve, predict(curve, grid("cpu")), 1.0)
+    store = CalibrationStore.of(app_paths, tiny_loaded)
+    assert store.path.parent == app_paths.calibration_dir and store.legacy.parent == app_paths.data_dir / "calibration"
+    CalibrationStore(store.legacy, store.key).write(calibration)  # where an older version kept it
+    assert store.read().curve == curve and not store.path.exists()
+    store.add_learned(calibration, {"W0 N3 G1": (1.5, 3.0)})  # the next save writes it to the cache, learned kept
+    other = AppPaths(tmp_path / "c2", tmp_path / "d2", app_paths.cache_dir, app_paths.calibration).ensure()
+    again = CalibrationStore.of(other, tiny_loaded)  # a new data folder on the same machine
+    assert again.path == store.path and again.read().curve == curve
+    assert json.loads(again.path.read_text())["learned"] == {"W0 N3 G1": [1.5, 3.0]}
+    assert AppPaths(tmp_path, tmp_path, tmp_path / "cache").calibration_dir == tmp_path / "cache" / "calibration"
