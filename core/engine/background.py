@@ -34,7 +34,7 @@ from core.autotune.prepare import AutoTuning, calibrate_or_plain
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import Cancelled, CancelToken
-from core.runtime.compiled.package import CompileJob, compile_job, set_compile_cache
+from core.runtime.compiled.package import CompileJob, compile_jobs, set_compile_cache
 from core.runtime.compiled.parallel import EXPECTED_SECONDS, report_failure, start_child, stop_child
 from core.runtime.compiled.step import why_not_compilable
 from core.runtime.prepared import PreparedModel
@@ -172,7 +172,8 @@ class BackgroundCalibration:
         return Upgrade(auto, shadow, ready_message(auto, before / auto.calibration.curve.seconds[0]))
 
     def _precompile(self, shadow: LoadedModel, listener: BackgroundListener) -> None:
-        """Compile the 1-token step of every variant calibration may compare, in children; wait for them."""
+        """Compile the step packages (1-token and rows layers) of every variant calibration may compare, in
+        children; wait for them."""
         if shadow.device.type != "cpu" or why_not_compilable(shadow.model) is not None:
             return
         from torch._inductor.cpp_builder import get_cpp_compiler  # inductor takes a second to import: only here
@@ -189,8 +190,8 @@ class BackgroundCalibration:
                 raise Cancelled
             model = make()
             if why_not_compilable(model) is None:
-                job = compile_job(model)
-                jobs.setdefault(job.path, job)
+                for job in compile_jobs(model):
+                    jobs.setdefault(job.path, job)
         missing = [job for path, job in jobs.items() if not path.exists()]
         if missing:
             self._compile(missing, listener)
@@ -232,7 +233,8 @@ def compiled_step_missing(loaded: LoadedModel, calibration: Calibration, paths: 
     """Whether the compiled step a stored calibration chose has no package in the cache (cleared, or
     another compile cache): applying it would compile before the first answer, so it is prepared in
     the background instead."""
-    if not calibration.compiled or why_not_compilable(loaded.model, weights=False) is not None:
+    compiled = calibration.compiled or calibration.compiled_rows
+    if not compiled or why_not_compilable(loaded.model, weights=False) is not None:
         return False
     set_compile_cache(paths.cache_dir)
     model = _one_layer(loaded.model)
@@ -242,14 +244,17 @@ def compiled_step_missing(loaded: LoadedModel, calibration: Calibration, paths: 
         model = model.to(getattr(torch, calibration.dtype))
     if why_not_compilable(model) is not None:
         return False
-    return not compile_job(model).path.exists()
+    wanted = [
+        job for job in compile_jobs(model) if (calibration.compiled_rows if job.spec.rows else calibration.compiled)
+    ]
+    return any(not job.path.exists() for job in wanted)
 
 
 def ready_message(auto: AutoTuning, speedup: float) -> str:
     """The status line's news when the background work is done: what is faster now, and how much."""
     calibration = auto.calibration
     assert calibration is not None
-    what = "compiled step" if calibration.compiled else f"{calibration.variant} step"
+    what = "compiled step" if calibration.compiled or calibration.compiled_rows else f"{calibration.variant} step"
     if speedup < 1.05:
         return f"Auto measured this machine: the step as loaded stays ({speedup:.2f}x)"
     return f"{what} ready: {speedup:.1f}x faster"
