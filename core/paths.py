@@ -23,12 +23,15 @@ class AppPaths:
     """The three per-user folders of the app.
 
     ``LOOKAHEAD_CHAT_HOME`` puts config and data under one folder (tests, portable installs);
-    ``LOOKAHEAD_CHAT_CACHE`` moves the model cache.
+    ``LOOKAHEAD_CHAT_CACHE`` moves the model cache. ``calibration`` moves Auto's measurements
+    (tests): by default they live in the cache with the compiled steps they go with, so a new data
+    folder on the same machine does not measure again.
     """
 
     config_dir: Path
     data_dir: Path
     cache_dir: Path
+    calibration: Path | None = None
 
     @classmethod
     def default(cls) -> AppPaths:
@@ -47,6 +50,11 @@ class AppPaths:
     def models_dir(self) -> Path:
         """Converted and downloaded models."""
         return self.cache_dir / "models"
+
+    @property
+    def calibration_dir(self) -> Path:
+        """Auto's calibration files, one per machine set-up (``core.autotune.store``)."""
+        return self.calibration or self.cache_dir / "calibration"
 
     def ensure(self) -> AppPaths:
         """Create the folders if they are missing; returns self.

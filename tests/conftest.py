@@ -67,8 +67,8 @@ def real_paths() -> AppPaths:
 
 @pytest.fixture
 def app_paths(tmp_path: Path, real_paths: AppPaths) -> AppPaths:
-    """Fresh config and data folders; the model cache is the real one (the default model lives there)."""
-    return AppPaths(tmp_path / "config", tmp_path / "data", real_paths.cache_dir).ensure()
+    """Fresh config, data and calibration folders; the model cache is the real one (the default model lives there)."""
+    return AppPaths(tmp_path / "config", tmp_path / "data", real_paths.cache_dir, tmp_path / "calibration").ensure()
 
 
 @pytest.fixture(scope="session")

@@ -45,6 +45,10 @@ class ModelWorker(QObject):
         (self.thread if request.remote is None else self.remote).answer(request, self.answers.listener(job_id))
         return job_id
 
+    def cancel_background(self) -> None:
+        """Stop the background measurement (Cancel in the status bar): Auto stays plain until the next load."""
+        self.thread.cancel_background()
+
     def run_job(self, job: StepsJob) -> None:
         """Queue a step job; it runs with the loaded model after the jobs queued before it (Compare mode too),
         or on the remote thread when it needs no model."""

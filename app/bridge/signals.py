@@ -21,11 +21,14 @@ from core.engine.ready import ModelInfo
 
 
 class LoadSignals(QObject):
-    """A model thread's loads: progress, then ``model_loaded`` or ``load_failed``."""
+    """A model thread's loads: progress, then ``model_loaded`` or ``load_failed``; after a first load on a
+    machine set-up, the background work's progress, then ``model_upgraded``."""
 
     load_progress = Signal(str, float)
     model_loaded = Signal(object)  # ModelInfo
     load_failed = Signal(str)
+    background_progress = Signal(str, float)
+    model_upgraded = Signal(object, str)  # ModelInfo, what got faster ("" if nothing)
 
     def listener(self) -> LoadListener:
         """A :class:`core.engine.model_thread.ModelEvents` that emits these signals."""
@@ -46,6 +49,12 @@ class LoadListener:
 
     def load_failed(self, message: str) -> None:
         self.signals.load_failed.emit(message)
+
+    def background_progress(self, stage: str, fraction: float) -> None:
+        self.signals.background_progress.emit(stage, fraction)
+
+    def model_upgraded(self, info: ModelInfo, message: str) -> None:
+        self.signals.model_upgraded.emit(info, message)
 
 
 class AnswerSignals(QObject):

@@ -24,6 +24,7 @@ from core.bench.variants import bench_variants
 from core.lookahead.config import LookaheadConfig
 from core.paths import AppPaths
 from core.runtime.compiled.package import set_compile_cache
+from core.runtime.prepared import PreparedModel
 from core.runtime.weights.packed import layout_of
 from core.suites import load_suite
 
@@ -64,10 +65,11 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     names = list(runner.models)
     layouts = {name: layout_of(model.model) for name, model in variants.models.items()}
     compiled = [name for name, model in variants.models.items() if model.compiled is not None]
+    layers = {name: compiled_layers(model) for name, model in variants.models.items()}
     print(
         "weight layouts: "
         + ", ".join(f"{name} {layout}" for name, layout in layouts.items())
-        + f"; compiled 1-token step: {', '.join(compiled) or 'none'}",
+        + f"; compiled layers: {', '.join(f'{name} {layers[name]}' for name in compiled) or 'none'}",
         file=sys.stderr,
     )
     tag = (lambda d: f" [{d}]") if len(names) > 1 else (lambda d: "")
@@ -117,6 +119,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         "dtypes": names,
         "layouts": layouts,
         "compiled": compiled,
+        "compiled_layers": {name: layers[name] for name in compiled},
         "threads": torch.get_num_threads(),
         "max_new_tokens": args.max_new_tokens,
         "repetition_penalty": args.repetition_penalty,
@@ -148,3 +151,10 @@ def _save_chart(rows: Any, path: Path) -> None:
     from app.compare.charts import save_bench_chart  # Qt, only to draw the chart: after the platform is set
 
     save_bench_chart(rows, path)
+
+
+def compiled_layers(model: PreparedModel) -> str:
+    """Which compiled layers a variant runs: ``1-token+rows``, ``1-token``, ``rows`` (every step), or ``none``."""
+    step = model.compiled
+    names = [] if step is None else [n for n, layer in (("1-token", step.one_token), ("rows", step.rows)) if layer]
+    return "+".join(names) or "none"

@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from app.cli.loading import command_settings, load_named_model
 from app.cli.output import end_progress_line, one_line_errors, progress_printer
-from core.engine.model_thread import ModelThread
-from core.engine.ready import make_ready
+from core.engine.model_thread import ModelThread, NoEvents
+from core.engine.ready import ModelInfo, make_ready
 from core.paths import AppPaths
 from core.server.answer_events import AnswerDefaults
 from core.server.config import ServerConfig
@@ -48,13 +48,13 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         return 1
     with held:  # let go just before the server binds it (a lost race still ends in ServerStartError's message)
         loaded = load_named_model(args, settings, paths)
-        ready = make_ready(loaded, paths.ensure(), progress=progress_printer())
+        ready = make_ready(loaded, paths.ensure(), progress=progress_printer(), background=True)
         end_progress_line()
     print(ready.auto.reason, file=sys.stderr)
     if config.host != "127.0.0.1" and not config.api_key:
         print("warning: other computers may connect and no API key is set (--api-key)", file=sys.stderr)
     defaults = AnswerDefaults.from_settings(replace(settings, mode=args.mode) if args.mode else settings)
-    runner = ModelThread(paths, ready=ready)
+    runner = ModelThread(paths, _Upgrades(), ready)  # a first start measures in the background, between requests
     server = LocalServer(runner, lambda: defaults, config)
 
     async def serve() -> None:
@@ -81,6 +81,13 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     finally:
         runner.close()
     return 0
+
+
+class _Upgrades(NoEvents):
+    """Says on stderr when the background work made the model faster (a first start on this machine)."""
+
+    def model_upgraded(self, info: ModelInfo, message: str) -> None:
+        print(message or info.auto_reason, file=sys.stderr, flush=True)
 
 
 def _hold_port(host: str, port: int) -> AbstractContextManager[object]:

@@ -175,6 +175,9 @@ class MainWindow(QMainWindow):
         self.worker.loads.load_progress.connect(self._load_progress, queued)
         self.worker.loads.model_loaded.connect(self._model_loaded, queued)
         self.worker.loads.load_failed.connect(self._load_failed, queued)
+        self.worker.loads.background_progress.connect(self.figures.show_background, queued)
+        self.worker.loads.model_upgraded.connect(self._model_upgraded, queued)
+        self.figures.cancel_background.connect(self.worker.cancel_background)
         self.worker.answers.started.connect(lambda *_: self._update_figures(), queued)  # 'generating' at once
         self.load_panel.cancel_requested.connect(self.cancel_load)
         self.load_panel.retry_requested.connect(self.load_model)
@@ -255,6 +258,7 @@ class MainWindow(QMainWindow):
         self.model = None
         self.model_button.setText(f"loading {settings.source.display_name}…")
         self.figures.set_model(None)
+        self.figures.background_done("")
         self._show_source()
         self.figures.set_state("loading model")
         self.load_panel.show_progress(f"Loading {settings.source.display_name}", 0.0)
@@ -297,6 +301,15 @@ class MainWindow(QMainWindow):
                 f"{info.name} · {'GPU' if info.device_kind == 'cuda' else 'CPU'} · {info.precision}"
             )
             self.figures.set_model(info)
+
+    def _model_upgraded(self, info: ModelInfo, message: str) -> None:
+        """The background work is done: the next answer runs the faster step, and the status bar says so."""
+        if self.model is None:  # another load began meanwhile
+            return
+        self.model = info
+        self.figures.set_model(info)
+        self._show_source()
+        self.figures.background_done(message)
 
     def _load_failed(self, message: str) -> None:
         self._load_token = None

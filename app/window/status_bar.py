@@ -6,7 +6,8 @@ text makes the window wider than a small screen: Auto's reason alone can take 1,
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolButton, QWidget
 
 from app.chat.elided_label import ElidedLabel
 from core.engine.answer_job import AnswerFigures
@@ -16,7 +17,10 @@ AUTO_TIP = "What Auto runs, from a short measurement of this machine made once p
 
 
 class FiguresBar(QStatusBar):
-    """Always-visible figures; the window updates them several times a second while generating."""
+    """Always-visible figures; the window updates them several times a second while generating. After a
+    first load on a machine, the background work's stage and progress, with Cancel (never a blocking panel)."""
+
+    cancel_background = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -30,7 +34,15 @@ class FiguresBar(QStatusBar):
         for label in (self.device, self.state, self.rate, self.step):
             self.addWidget(label)
         self.addWidget(self.auto, 1)  # the longest text takes the room left over
+        self.background = QLabel("")
+        self.background_bar = QProgressBar(minimum=0, maximum=1000, textVisible=False, maximumWidth=90)
+        self.background_cancel = QToolButton(text="Cancel", toolTip="Stop the background measurement")
+        self.background_cancel.clicked.connect(self.cancel_background)
+        for widget in (self.background, self.background_bar, self.background_cancel):
+            self.addPermanentWidget(widget)
         self.addPermanentWidget(self.context)
+        self.background_bar.hide()
+        self.background_cancel.hide()
 
     def set_model(self, info: ModelInfo | None) -> None:
         if info is None:
@@ -41,6 +53,22 @@ class FiguresBar(QStatusBar):
         self.device.setText(f"{prefix}{info.device_label} · {info.precision}")
         self.auto.setText(info.auto_reason)
         self.set_context(0, info.context_length)
+
+    def show_background(self, stage: str, fraction: float) -> None:
+        """The background work in progress: its stage (in the tooltip), a bar, Cancel."""
+        self.background.setText(f"{fraction * 100:.0f}%")
+        self.background.setToolTip(stage)
+        self.background_bar.setToolTip(stage)
+        self.background_bar.setValue(int(fraction * 1000))
+        self.background_bar.show()
+        self.background_cancel.show()
+
+    def background_done(self, message: str) -> None:
+        """The background work ended: what got faster ("" if nothing), in place of its bar."""
+        self.background.setText(message)
+        self.background.setToolTip(message)
+        self.background_bar.hide()
+        self.background_cancel.hide()
 
     def set_device_label(self, label: str, kind: str, precision: str) -> None:
         prefix = "GPU: " if kind == "cuda" else ""

@@ -38,7 +38,9 @@ class Calibration:
         dtype_seconds: the one-token step cost per dtype tried (CPU with dtype auto), else empty.
         quantization: ``8bit`` when the caller chose int8 weights because they were faster, else ``none``.
         layout: the float weights' layout for the CPU's kernels (``core.runtime.weights.packed``), chosen by the caller's measurement.
-        compiled: whether the compiled 1-token step (``core.runtime.compiled.step``) measured faster and runs.
+        compiled: whether the compiled 1-token layer (``core.runtime.compiled.step``) measured faster and runs 1-token steps.
+        compiled_rows: whether the compiled rows layer measured faster and runs wider steps (and 1-token
+            steps, where the 1-token layer does not).
         untried: the variants (``bf16``, ``int8``) the caller left out because their copies would not fit in the free memory.
     """
 
@@ -52,6 +54,7 @@ class Calibration:
     layout: str = "plain"
     compiled: bool = False
     untried: tuple[str, ...] = ()
+    compiled_rows: bool = False
 
     @property
     def dtype_label(self) -> str:
@@ -92,13 +95,20 @@ class Calibration:
         return arms
 
     @property
+    def compiled_label(self) -> str:
+        """Which steps run compiled: ``compiled 1-token step``, ``compiled steps``, or ``eager steps``."""
+        if self.compiled_rows:
+            return "compiled steps"
+        return "compiled 1-token step" if self.compiled else "eager steps"
+
+    @property
     def reason(self) -> str:
         """One line for the status bar: what Auto runs and why."""
         best = self.estimates[0] if self.estimates else None
         where = "this GPU" if self.device == "cuda" else "this CPU"
         notes = (
             (["int8 weights (faster here; answers may differ slightly)"] if self.quantization == "8bit" else [])
-            + (["compiled 1-token step"] if self.compiled else [])
+            + ([self.compiled_label] if self.compiled or self.compiled_rows else [])
             + ([f"{' and '.join(self.untried)} not tried (not enough free memory)"] if self.untried else [])
         )
         tail = f"; {', '.join(notes)}" if notes else ""
@@ -117,6 +127,7 @@ class Calibration:
             "quantization": self.quantization,
             "layout": self.layout,
             "compiled": self.compiled,
+            "compiled_rows": self.compiled_rows,
             "untried": list(self.untried),
             "choice": self.choice.label if self.choice else "plain",
             "reason": self.reason,
@@ -151,6 +162,7 @@ class Calibration:
             str(data.get("layout", "plain")),
             bool(data.get("compiled", False)),
             tuple(str(name) for name in data.get("untried", [])),
+            bool(data.get("compiled_rows", False)),
         )
 
 

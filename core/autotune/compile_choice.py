@@ -1,5 +1,11 @@
-"""Whether the compiled 1-token step pays here: it needs a C++ compiler, and inductor's code is not
-faster everywhere, so it is kept only where it measures faster than the eager step."""
+"""Which compiled layers pay here: compiling needs a C++ compiler, and inductor's code is not faster
+everywhere, so each compiled layer is kept only for the steps where it measures faster than eager.
+
+Two steps are measured, alternating over the same cached context so that machine noise hits all
+alike: a 1-token step (eager, the 1-token layer, the rows layer) and a wider one, lookahead's
+(eager, the rows layer). The rows layer may also win the 1-token step (where both layers' products
+go through the same kernel, say); then it runs every step and the 1-token layer is dropped.
+"""
 
 from __future__ import annotations
 
@@ -15,15 +21,17 @@ import torch
 from core.progress import Cancelled
 from core.runtime.compiled.step import CompiledStep, compile_step, why_not_compilable
 from core.runtime.lean_step import LlamaStep
+from core.runtime.step import causal_mask
 
 log = logging.getLogger(__name__)
 
-COMPILED_MARGIN = 1.03  # the compiled 1-token step must be this much cheaper than the eager one to be kept
+COMPILED_MARGIN = 1.03  # a compiled layer must make its step this much cheaper than the eager one to be kept
+WIDE_STEP = 8  # the wider step measured: about what lookahead's settings feed on a CPU
 
 
 @dataclass(frozen=True)
 class KeptCompiledStep:
-    """A compiled step that measured faster, and the median seconds of its 1-token step in those rounds."""
+    """The compiled layers that measured faster, and the median seconds of the 1-token step as it now runs."""
 
     step: CompiledStep
     seconds: float
@@ -32,36 +40,66 @@ class KeptCompiledStep:
 def choose_compiled_step(
     model: Any, cancelled: Callable[[], bool] | None = None, rounds: int = 12
 ) -> KeptCompiledStep | None:
-    """Compile the 1-token step of ``model`` and keep it only if it measures faster than the eager one here.
-
-    The two steps alternate over the same cached context, so that machine noise hits both alike.
-    Raises :class:`~core.progress.Cancelled` when ``cancelled`` says so.
-    """
+    """Compile the layers of ``model`` and keep each where it measures faster than the eager step here
+    (``None``: every step stays eager). Raises :class:`~core.progress.Cancelled` when ``cancelled`` says so."""
     if why_not_compilable(model) is not None:
         return None
     compiled = compile_step(model)
     if isinstance(compiled, str):
-        log.info("the 1-token step stays eager: %s", compiled)
+        log.info("the decoding steps stay eager: %s", compiled)
         return None
+    one_token, rows = compiled.only(one_token=True, rows=False), compiled.only(one_token=False, rows=True)
+    candidates = {"eager": None, "1-token layer": one_token, "rows layer": rows}
+    one = _median_seconds(model, candidates, 1, cancelled, rounds)
+    wide = _median_seconds(model, {"eager": None, "rows layer": rows}, WIDE_STEP, cancelled, rounds)
+    log.info(
+        "1-token step: %s; %d-token step: %s",
+        ", ".join(f"{name} {1000 * s:.1f} ms" for name, s in one.items()),
+        WIDE_STEP,
+        ", ".join(f"{name} {1000 * s:.1f} ms" for name, s in wide.items()),
+    )
+    keep_rows = wide["rows layer"] * COMPILED_MARGIN <= wide["eager"]
+    if keep_rows:  # 1-token steps run the faster compiled layer (where the 1-token one is dropped, the rows one)
+        keep_one = one["1-token layer"] < one["rows layer"]
+    else:
+        keep_one = one["1-token layer"] * COMPILED_MARGIN <= one["eager"]
+    kept = compiled.only(one_token=keep_one, rows=keep_rows)
+    if kept is None:
+        return None
+    return KeptCompiledStep(kept, one["1-token layer"] if keep_one else one["rows layer"])
+
+
+def _median_seconds(
+    model: Any,
+    candidates: dict[str, CompiledStep | None],
+    size: int,
+    cancelled: Callable[[], bool] | None,
+    rounds: int,
+) -> dict[str, float]:
+    """Median seconds of a ``size``-token step (a lookahead-like one: masked, half its rows kept) after 128
+    cached tokens, per candidate (``None``: eager); the first round warms up."""
     context = 128
-    inputs = compiled.inputs(model)
-    steps = (LlamaStep(model, context + 2), LlamaStep(model, context + 2, inputs))
-    ids = torch.randint(0, model.config.vocab_size, (context + 1,), generator=torch.Generator().manual_seed(0))
-    times: dict[int, list[float]] = {0: [], 1: []}
+    steps = {
+        name: LlamaStep(model, context + size + 1, None if c is None else c.inputs(model))
+        for name, c in candidates.items()
+    }
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (context + size,), generator=generator)
+    positions = torch.arange(context, context + size)
+    dtype = model.get_input_embeddings().weight.dtype
+    mask = causal_mask(size, context, dtype, torch.device("cpu")) if size > 1 else None
+    keep = torch.arange(1 + size // 2) if size > 1 else 1
+    times: dict[str, list[float]] = {name: [] for name in steps}
     with torch.inference_mode():
-        for step in steps:
+        for step in steps.values():
             step.forward(ids[:context], torch.arange(context), 1)
         for r in range(rounds + 1):
-            for which, step in enumerate(steps):
+            for name, step in steps.items():
                 if cancelled is not None and cancelled():
                     raise Cancelled
                 start = time.perf_counter()
-                step.forward(ids[context:], torch.tensor([context]), 1)
-                if r:  # the first round warms up
-                    times[which].append(time.perf_counter() - start)
-                step.keep(context - 1, 2, [])
-    eager_s, compiled_s = (statistics.median(times[w]) for w in (0, 1))
-    log.info("1-token step: eager %.1f ms, compiled %.1f ms", 1000 * eager_s, 1000 * compiled_s)
-    if compiled_s * COMPILED_MARGIN > eager_s:
-        return None
-    return KeptCompiledStep(compiled, compiled_s)
+                step.forward(ids[context:], positions, keep, mask)
+                if r:
+                    times[name].append(time.perf_counter() - start)
+                step.keep(context - 1, size + 1, [])
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -32,7 +32,7 @@ def measure_step_seconds(
     (a 1-token step without a mask, wider ones with a 4D additive mask, only the rows they keep);
     sizes are interleaved within each round so that machine noise hits all alike, and a first
     round warms up and is dropped. ``model``: a transformers causal LM, or a
-    :class:`~core.runtime.prepared.PreparedModel` (its compiled 1-token layer then runs the 1-token steps).
+    :class:`~core.runtime.prepared.PreparedModel` (its compiled layers then run the steps they were kept for).
     """
     model = prepared(model)
     device, dtype = model.device, model.dtype

@@ -3,7 +3,7 @@
 Measured once per machine set-up (``core.autotune.store``), then applied again at every load. On
 the CPU with dtype ``auto`` it keeps the variant whose plain decoding is fastest here (the model as
 loaded, bf16, or with quantization ``auto`` int8 weights where they are clearly faster), each in
-its fastest weight layout and with the compiled 1-token step where that measures faster.
+its fastest weight layout and with the compiled steps where they measure faster.
 """
 
 from __future__ import annotations
@@ -169,18 +169,23 @@ def calibrate_or_plain(
 def _apply(loaded: LoadedModel, calibration: Calibration, progress: ProgressCallback) -> None:
     """Put the model in the dtype, int8 weights, weight layout and compiled step a stored calibration chose."""
     _convert(loaded, calibration.dtype, calibration.quantization, calibration.layout)
-    if not calibration.compiled:
+    if not calibration.compiled and not calibration.compiled_rows:
         return
     progress(COMPILE_STAGE, 0.0)
-    compiled = compile_step(loaded.model)  # loads the stored package (compiles only if it is gone)
-    if isinstance(compiled, str):
-        log.warning("the 1-token step stays eager: %s", compiled)
-        calibration.compiled = False
+    compiled = compile_step(loaded.model)  # loads the stored packages (compiles only if they are gone)
+    kept = (
+        None
+        if isinstance(compiled, str)
+        else compiled.only(one_token=calibration.compiled, rows=calibration.compiled_rows)
+    )
+    if kept is None:
+        log.warning("the decoding steps stay eager: %s", compiled)
+        calibration.compiled = calibration.compiled_rows = False
         if calibration.layout == PACKED_ROWS and not rows_copy_allowed(loaded.model):  # the plain copy
             apply_layout(loaded.model, PACKED)  # was for the compiled step only (fp32): not kept in memory
             calibration.layout = PACKED
     else:
-        loaded.prepared = PreparedModel(loaded.model, compiled)
+        loaded.prepared = PreparedModel(loaded.model, kept)
     progress(COMPILE_STAGE, 1.0)
 
 
@@ -217,7 +222,8 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
     else:
         loaded.prepared = fastest_step(loaded.model, cancelled)
         calibration = calibrate(loaded.prepared, progress=report, cancelled=cancelled)
-        calibration.layout, calibration.compiled = layout_of(loaded.model), loaded.prepared.compiled is not None
+        calibration.layout = layout_of(loaded.model)
+        record_compiled(calibration, loaded.prepared)
     calibration.seconds = time.perf_counter() - start  # copies, weight layouts and curves: all the user waited for
     return calibration
 
@@ -287,7 +293,7 @@ class PreparedVariants:
 
 
 def fastest_step(model: Any, cancelled: Callable[[], bool] | None = None) -> PreparedModel:
-    """``model`` in its fastest weight layout, with the compiled 1-token step where that measures faster here (CPU)."""
+    """``model`` in its fastest weight layout, with the compiled steps where they measure faster here (CPU)."""
     choose_layout(model, cancelled)
     return _with_compiled_step(model, cancelled).prepared
 
@@ -299,7 +305,7 @@ class _Compiled:
 
 
 def _with_compiled_step(model: Any, cancelled: Callable[[], bool] | None) -> _Compiled:
-    """``model`` (in its layout already) with the compiled 1-token step where that measures faster (CPU).
+    """``model`` (in its layout already) with the compiled steps where they measure faster (CPU).
 
     Packed weights get a plain copy for the compiled step to read, the wider steps keeping the packed
     ones; the copy stays only if the compiled step does."""
@@ -389,8 +395,16 @@ def calibrate_variants(
             variants.models, progress=progress, cancelled=cancelled, one_token=variants.one_token
         )
     chosen = variants.models[calibration.variant] if len(variants.models) > 1 else next(iter(variants.models.values()))
-    calibration.layout, calibration.compiled = layout_of(chosen.model), chosen.compiled is not None
+    calibration.layout = layout_of(chosen.model)
+    record_compiled(calibration, chosen)
     return calibration
+
+
+def record_compiled(calibration: Calibration, model: PreparedModel) -> None:
+    """Note in ``calibration`` which compiled layers ``model`` runs, for the next load to apply."""
+    step = model.compiled
+    calibration.compiled = step is not None and step.one_token is not None
+    calibration.compiled_rows = step is not None and step.rows is not None
 
 
 def compiling_may_pay(eager_seconds: float, fastest_seconds: float, best_gain: float) -> bool:

@@ -3,7 +3,9 @@
 The key is everything the step cost depends on: the processor or GPU, the model, the dtype asked
 for, the quantization, the torch version and the thread count. Change any of them and the next
 load measures again. What the answers measure (tokens per step of each setting) is saved with it,
-so the next start begins from this model's own figures.
+so the next start begins from this model's own figures. The files live in the cache folder, with
+the compiled steps they record (``AppPaths.calibration_dir``): a new data folder on the same
+machine reuses them; one left in a data folder by an older version is still read.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from core.runtime.architecture import step_kind
 log = logging.getLogger(__name__)
 
 CALIBRATION_VERSION = (
-    6  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step;
+    7  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step;
 )
-# 5: packed (fp32) weights compiled too, on a plain copy; 6: the compiled step's own int8 products and head (int8 may win now)
+# 5: packed (fp32) weights compiled too, on a plain copy; 6: the compiled step's own int8 products and head (int8 may win now);
+# 7: lookahead's wider steps compiled too (the rows layer): a new curve
 
 Learned = dict[str, tuple[float, float]]
 """Setting label -> (tokens per step, tokens fed per step), measured on this model's answers."""
@@ -51,27 +54,34 @@ def calibration_key(loaded: LoadedModel) -> dict[str, Any]:
 class CalibrationStore:
     """The calibration file of one machine set-up (see :func:`calibration_key`)."""
 
-    def __init__(self, path: Path, key: dict[str, Any]) -> None:
-        self.path, self.key = path, key
+    def __init__(self, path: Path, key: dict[str, Any], legacy: Path | None = None) -> None:
+        self.path, self.key, self.legacy = path, key, legacy
 
     @classmethod
     def of(cls, paths: AppPaths, loaded: LoadedModel) -> CalibrationStore:
         key = calibration_key(loaded)
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        return cls(paths.data_dir / "calibration" / f"{digest}.json", key)
+        name = f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
+        return cls(paths.calibration_dir / name, key, paths.data_dir / "calibration" / name)
 
     def read(self) -> Calibration | None:
         """The stored calibration, its predictions redone with what was learned; ``None`` if there is none
-        or it cannot be read (then it is measured again)."""
-        if not self.path.is_file():
+        or it cannot be read (then it is measured again). A file only in the old place (the data folder)
+        is read there, and written to the new one at the next save."""
+        source = self._source()
+        if source is None:
             return None
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(source.read_text(encoding="utf-8"))
             learned = {str(k): (float(v[0]), float(v[1])) for k, v in data.get("learned", {}).items()}
             return Calibration.from_dict(data["calibration"], learned)
         except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
-            log.warning("measuring again: unreadable calibration %s (%s)", self.path, err)
+            log.warning("measuring again: unreadable calibration %s (%s)", source, err)
             return None
+
+    def _source(self) -> Path | None:
+        if self.path.is_file():
+            return self.path
+        return self.legacy if self.legacy is not None and self.legacy.is_file() else None
 
     def write(self, calibration: Calibration, learned: Learned | None = None) -> None:
         write_json_atomic(
@@ -87,7 +97,7 @@ class CalibrationStore:
         """Merge ``measured`` into what is stored; a full disk is logged, never raised (the chat goes on,
         and the figures are measured again)."""
         try:
-            stored = json.loads(self.path.read_text(encoding="utf-8")).get("learned", {})
+            stored = json.loads((self._source() or self.path).read_text(encoding="utf-8")).get("learned", {})
             learned = {str(k): (float(v[0]), float(v[1])) for k, v in stored.items()}
         except (OSError, ValueError, AttributeError, TypeError, IndexError):
             learned = {}

@@ -80,7 +80,7 @@ def category(op: str) -> str:
 
 def implementations(model: Any, capacity: int) -> dict[str, ModelStep]:
     """Every step implementation that runs ``model``, by name; on the CPU also the lean step over
-    copies in the other weight layouts, and with the compiled 1-token step where it compiles."""
+    copies in the other weight layouts, and with the compiled layers (1-token and rows) where they compile."""
     steps: dict[str, ModelStep] = {"transformers": TransformersStep(model, lookahead=True)}
     if supports_llama_step(model):
         steps["lean"] = LlamaStep(model, capacity)
@@ -94,7 +94,7 @@ def implementations(model: Any, capacity: int) -> dict[str, ModelStep]:
                 copied = copy.deepcopy(step.model)
                 compiled = compile_step(copied)
                 if not isinstance(compiled, str):
-                    steps[f"{name}, compiled 1-token step"] = LlamaStep(copied, capacity, compiled.inputs(copied))
+                    steps[f"{name}, compiled"] = LlamaStep(copied, capacity, compiled.inputs(copied))
     return steps
 
 

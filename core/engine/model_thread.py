@@ -3,7 +3,9 @@
 The window (through its Qt adapter, ``app.bridge.model_worker``) and ``lookahead-chat serve`` both run on
 it; the local server submits its answers to whichever runs it. Callers only queue work and cancel
 tokens; what happens comes back through :class:`ModelEvents` and each job's own listener, on this
-thread. No job's failure, of any kind, stops it.
+thread. No job's failure, of any kind, stops it. A model's background calibration
+(``core.engine.background``) waits while a job runs, goes on when none is queued, and its result
+replaces the model's step between jobs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from core.chat.pools import ConversationPools
 from core.engine.answer_job import AnswerJob, AnswerListener, AnswerRequest
+from core.engine.background import BackgroundCalibration, Upgrade
 from core.engine.jobs import EMIT_INTERVAL_S, StepsJob
 from core.engine.ready import ModelInfo, ReadyModel, make_ready
 from core.models.errors import ModelError
@@ -40,6 +43,12 @@ class ModelEvents(Protocol):
 
     def load_failed(self, message: str) -> None: ...
 
+    def background_progress(self, stage: str, fraction: float) -> None: ...
+
+    def model_upgraded(self, info: ModelInfo, message: str) -> None:
+        """The background work is done (or stopped): ``info`` says what Auto runs now, ``message`` what got
+        faster ("" if nothing)."""
+
 
 class NoEvents:
     """For a thread whose model is given (``serve``): nothing to report."""
@@ -53,6 +62,12 @@ class NoEvents:
     def load_failed(self, message: str) -> None:
         """Not called: no load runs."""
 
+    def background_progress(self, stage: str, fraction: float) -> None:
+        """Nothing to show it on."""
+
+    def model_upgraded(self, info: ModelInfo, message: str) -> None:
+        """Nothing to show it on."""
+
 
 @dataclass(frozen=True)
 class _Load:
@@ -64,6 +79,28 @@ class _Load:
 @dataclass(frozen=True)
 class _Forget:
     conversation_id: object
+
+
+@dataclass(frozen=True)
+class _Upgrade:
+    background: BackgroundCalibration
+    upgrade: Upgrade
+
+
+class _BackgroundReports:
+    """A background calibration's reports: progress throttled to the events, its result queued as a job."""
+
+    def __init__(self, thread: ModelThread, background: BackgroundCalibration) -> None:
+        self.thread, self.background, self._last = thread, background, 0.0
+
+    def progress(self, stage: str, fraction: float) -> None:
+        now = time.monotonic()
+        if now - self._last >= EMIT_INTERVAL_S:
+            self._last = now
+            self.thread.events.background_progress(stage, fraction)
+
+    def done(self, upgrade: Upgrade) -> None:
+        self.thread._jobs.put(_Upgrade(self.background, upgrade))
 
 
 class ModelThread:
@@ -82,11 +119,14 @@ class ModelThread:
         self.endings: Counter[str] = Counter()  # how the step jobs ended: finished, aborted, errored
         self._ready = ready  # touched only on the model thread
         self._model_name = ready.loaded.name if ready is not None else None
-        self._jobs: queue.SimpleQueue[_Load | StepsJob | _Forget | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Load | StepsJob | _Forget | _Upgrade | None] = queue.SimpleQueue()
         self._tokens: set[CancelToken] = set()
         self._lock = threading.Lock()
+        self._background: BackgroundCalibration | None = None  # the one running, under the lock
         self._thread = threading.Thread(target=self._run, name="model-thread", daemon=True)
         self._thread.start()
+        if ready is not None and ready.background is not None:
+            self._start_background(ready.background)
 
     @property
     def model_name(self) -> str | None:
@@ -105,10 +145,25 @@ class ModelThread:
         return token
 
     def submit(self, job: StepsJob) -> None:
-        """Queue a step job; it runs with the model after the jobs queued before it. Thread-safe, never blocks."""
+        """Queue a step job; it runs with the model after the jobs queued before it, and the background
+        measurement waits from now until no job is left. Thread-safe, never blocks."""
         with self._lock:
             self._tokens.add(job.cancel)
-        self._jobs.put(job)
+            if self._background is not None:
+                self._background.pause()
+            self._jobs.put(job)
+
+    @property
+    def background(self) -> BackgroundCalibration | None:
+        """The background calibration while it runs."""
+        with self._lock:
+            return self._background
+
+    def cancel_background(self) -> None:
+        """Stop the background work (the user's Cancel): Auto stays plain until the next load."""
+        background = self.background
+        if background is not None:
+            background.cancel()
 
     def answer(self, request: AnswerRequest, listener: AnswerListener) -> None:
         """Queue one answer (:class:`~core.engine.answer_job.AnswerJob`); cancel ``request.cancel`` to stop it."""
@@ -126,10 +181,13 @@ class ModelThread:
         return self.close(timeout)
 
     def close(self, timeout: float = 5.0) -> bool:
-        """Stop after the queued work (cancel it first to skip it); True if the thread ended in time."""
+        """Stop after the queued work (cancel it first to skip it), and the background work at once (what it
+        compiled stays in the cache); True if both threads ended in time."""
+        start = time.monotonic()
+        stopped = self._stop_background(timeout)
         self._jobs.put(None)
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        self._thread.join(max(0.0, timeout - (time.monotonic() - start)))
+        return stopped and not self._thread.is_alive()
 
     @property
     def outstanding(self) -> int:
@@ -153,22 +211,52 @@ class ModelThread:
             except Exception:  # a bug in a job must never stop the thread that serves the front doors
                 log.exception("a model job failed")
             finally:
-                if isinstance(job, (_Load, StepsJob)):
-                    with self._lock:
+                with self._lock:
+                    if isinstance(job, (_Load, StepsJob)):
                         self._tokens.discard(job.cancel)
+                    if self._background is not None and self._jobs.empty():
+                        self._background.resume()  # no answer runs or waits: the measurement goes on
         log.info("model thread stopped")
 
-    def _serve(self, job: _Load | StepsJob | _Forget) -> None:
+    def _serve(self, job: _Load | StepsJob | _Forget | _Upgrade) -> None:
         if isinstance(job, _Load):
             self._load(job)
         elif isinstance(job, StepsJob):
             self.endings[job.run(self._ready)] += 1
+        elif isinstance(job, _Upgrade):
+            self._upgrade(job)
         else:
             self.pools.forget(job.conversation_id)
+
+    def _start_background(self, background: BackgroundCalibration) -> None:
+        with self._lock:
+            self._background = background
+            if not self._jobs.empty():
+                background.pause()  # answers wait: they go first
+            background.start(_BackgroundReports(self, background))
+
+    def _stop_background(self, timeout: float = 5.0) -> bool:
+        with self._lock:
+            background, self._background = self._background, None
+        return background.stop(timeout) if background is not None else True
+
+    def _upgrade(self, job: _Upgrade) -> None:
+        """The background work's result, between jobs, for the model it prepared (not one loaded since)."""
+        with self._lock:
+            if self._background is not job.background:  # stopped for a new load or at exit: nothing to apply
+                return
+            self._background = None
+        ready = self._ready
+        if ready is None or ready.background is not job.background:
+            return
+        ready.upgrade(job.upgrade)
+        log.info("%s", job.upgrade.message or ready.auto.reason)
+        self.events.model_upgraded(ready.info, job.upgrade.message)
 
     def _load(self, job: _Load) -> None:
         if job.cancel.cancelled:
             return
+        self._stop_background()
         self._release_model()
         last: list = [0.0, None]  # when, and which stage, was last reported
 
@@ -183,7 +271,7 @@ class ModelThread:
         try:
             loaded = load_model(job.source, job.options, self.paths.ensure(), progress, job.cancel)
             # Cancel (or a failure) during the measurement keeps the model: Auto then decodes plain.
-            ready = make_ready(loaded, self.paths, self.pools, progress, job.cancel)
+            ready = make_ready(loaded, self.paths, self.pools, progress, job.cancel, background=True)
         except ModelError as err:
             self.events.load_failed(str(err))
             return
@@ -200,6 +288,8 @@ class ModelThread:
         self._ready = ready
         self._model_name = loaded.name
         self.events.model_loaded(ready.info)
+        if ready.background is not None:
+            self._start_background(ready.background)
 
     def _release_model(self) -> None:
         if self._ready is None:

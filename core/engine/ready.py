@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.autotune.prepare import AutoTuning, calibrate_or_plain
+from core.autotune.store import CalibrationStore
 from core.chat.pools import ConversationPools
+from core.engine.background import MEASURING_REASON, BackgroundCalibration, Upgrade, compiled_step_missing
 from core.models.device import NAME_BY_DTYPE
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
@@ -34,11 +36,24 @@ class ModelInfo:
 
 @dataclass
 class ReadyModel:
-    """What every job of a model thread runs with."""
+    """What every job of a model thread runs with; ``background``: the calibration still to run (not started),
+    or running, whose :class:`~core.engine.background.Upgrade` the model thread applies between jobs."""
 
     loaded: LoadedModel
     auto: AutoTuning
     pools: ConversationPools
+    background: BackgroundCalibration | None = None
+
+    def upgrade(self, upgrade: Upgrade) -> None:
+        """Answer from now on with what the background work prepared (model thread, between jobs)."""
+        if upgrade.loaded is not None:
+            loaded = self.loaded
+            loaded.prepared, loaded.dtype, loaded.quantization = (
+                upgrade.loaded.prepared,
+                upgrade.loaded.dtype,
+                upgrade.loaded.quantization,
+            )
+        self.auto, self.background = upgrade.auto, None
 
     @property
     def info(self) -> ModelInfo:
@@ -62,7 +77,17 @@ def make_ready(
     pools: ConversationPools | None = None,
     progress: ProgressCallback = no_progress,
     cancel: CancelToken | None = None,
+    background: bool = False,
 ) -> ReadyModel:
-    """Prepare ``loaded`` for this machine and Auto (a failure or Cancel leaves Auto decoding plain)."""
-    auto = calibrate_or_plain(loaded, paths, progress, cancel)
-    return ReadyModel(loaded, auto, pools if pools is not None else ConversationPools())
+    """Prepare ``loaded`` for this machine and Auto (a failure or Cancel leaves Auto decoding plain).
+
+    A calibration stored for this machine set-up is applied now (milliseconds, and loading the
+    compiled step). Without one (or without its compiled step in the cache), ``background`` answers at
+    once, eagerly and plainly, and leaves the work to the returned model's ``background`` (the caller
+    starts it); else it is measured now.
+    """
+    pools = pools if pools is not None else ConversationPools()
+    stored = CalibrationStore.of(paths, loaded).read() if background else None
+    if background and (stored is None or compiled_step_missing(loaded, stored, paths)):
+        return ReadyModel(loaded, AutoTuning(MEASURING_REASON), pools, BackgroundCalibration(loaded, paths))
+    return ReadyModel(loaded, calibrate_or_plain(loaded, paths, progress, cancel), pools)

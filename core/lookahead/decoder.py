@@ -71,7 +71,7 @@ class Decoding:
 
     Args:
         model: a transformers causal LM (batch size 1), or a :class:`~core.runtime.prepared.PreparedModel`
-            (the compiled 1-token layer, where one was kept, then runs the plain steps).
+            (the compiled layers, where they were kept, then run its steps).
         prompt_ids: the prompt's token ids (a 1-row tensor is accepted).
         lookahead: lookahead parameters, or ``None`` for plain decoding.
         chooser: chooses each step's setting instead (``lookahead`` must then be ``None``).

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from core.runtime.compiled.package import LayerRunner
+from core.runtime.compiled.rows_layer import MAX_ROWS
 from core.runtime.compiled.step import MIN_CACHED, CompiledInputs
 from core.runtime.kv_cache import StaticKVCache
 from core.runtime.step import causal_mask
@@ -28,7 +30,7 @@ COMPILED_LAYERS = "compiled layers"
 
 class LlamaStep:
     """Feeds steps to a LLaMA-family model (:func:`~core.runtime.architecture.supports_llama_step`), keeping its
-    KV cache in a :class:`StaticKVCache`; 1-token steps run through ``compiled`` where given."""
+    KV cache in a :class:`StaticKVCache`; steps after the prompt run through ``compiled``'s layers where given."""
 
     def __init__(self, model: Any, capacity: int, compiled: CompiledInputs | None = None) -> None:
         config = model.config
@@ -55,8 +57,14 @@ class LlamaStep:
         inner = self.model.model
         hidden = inner.embed_tokens(ids[None])
         cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])
-        if q == 1 and mask is None and self._compiled is not None and past >= MIN_CACHED:
-            return self._compiled_token(hidden, cos, sin)
+        compiled = self._compiled
+        if compiled is not None and past >= MIN_CACHED:
+            if q == 1 and mask is None and compiled.one_token is not None:
+                return self._compiled_token(compiled.one_token, hidden, cos, sin)
+            if q <= MAX_ROWS and compiled.rows is not None:
+                if mask is None:
+                    mask = causal_mask(q, past, hidden.dtype, hidden.device)
+                return self._compiled_rows(compiled.rows, hidden, cos, sin, mask, keep)
         attn_mask, causal = None, False
         if mask is not None:
             attn_mask = mask[None, None]
@@ -75,9 +83,11 @@ class LlamaStep:
         rows = hidden[-keep:] if isinstance(keep, int) else hidden[keep]
         return self.model.lm_head(rows)
 
-    def _compiled_token(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """A 1-token step (its embedding and rotary tables given) through the compiled layer, the last
-        call computing the head. Nothing is cached unless every layer ran."""
+    def _compiled_token(
+        self, layer: LayerRunner, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> torch.Tensor:
+        """A 1-token step (its embedding and rotary tables given) through the compiled 1-token layer, the
+        last call computing the head. Nothing is cached unless every layer ran."""
         compiled = self._compiled
         assert compiled is not None
         like = hidden.new_empty(1, self.kv_heads, 1, self.head_dim)
@@ -87,8 +97,35 @@ class LlamaStep:
             for index, weights in enumerate(compiled.layers):
                 keys, values = self.cache.buffers(index, like)
                 head = compiled.head if index == last else compiled.stand_in
-                hidden, logits = compiled.layer([hidden, cos, sin, keys[:end], values[:end], *head, *weights])
+                hidden, logits = layer([hidden, cos, sin, keys[:end], values[:end], *head, *weights])
         self.cache.advance(1)
+        return logits
+
+    def _compiled_rows(
+        self,
+        layer: LayerRunner,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        keep: int | torch.Tensor,
+    ) -> torch.Tensor:
+        """A step of several tokens (their embeddings and rotary tables given, ``mask`` ``[q, length + q]``)
+        through the compiled rows layer, the last call computing the head for the rows kept."""
+        compiled = self._compiled
+        assert compiled is not None
+        q = hidden.shape[1]
+        like = hidden.new_empty(1, self.kv_heads, q, self.head_dim)
+        end = self.cache.length + q
+        rows = torch.arange(q - keep, q) if isinstance(keep, int) else keep
+        first = rows[:1]
+        last = len(compiled.layers) - 1
+        with torch.profiler.record_function(COMPILED_LAYERS):
+            for index, weights in enumerate(compiled.layers):
+                keys, values = self.cache.buffers(index, like)
+                head, kept = (compiled.head, rows) if index == last else (compiled.stand_in, first)
+                hidden, logits = layer([hidden, cos, sin, keys[:end], values[:end], mask, kept, *head, *weights])
+        self.cache.advance(q)
         return logits
 
     def _attention(

@@ -1,4 +1,4 @@
-"""A model as decoding runs it: the model, and the compiled 1-token layer where one was kept for it.
+"""A model as decoding runs it: the model, and the compiled layers where they were kept for it.
 
 What makes a model's steps fast on this machine (its weight layout, int8 weights, the compiled step)
 is chosen by ``core.autotune``; the choice that has state beyond the model's own modules, the
@@ -20,7 +20,7 @@ from core.runtime.step import ModelStep, TransformersStep
 
 @dataclass(frozen=True)
 class PreparedModel:
-    """A transformers causal LM, with its compiled 1-token layer (``None``: eager steps only)."""
+    """A transformers causal LM, with its compiled layers (``None``: eager steps only)."""
 
     model: Any
     compiled: CompiledStep | None = None

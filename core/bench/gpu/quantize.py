@@ -13,6 +13,9 @@ from typing import Any
 
 import torch
 
+FUSED_4BIT_VERSION = (0, 50)
+"""bitsandbytes from which 4-bit steps of 2-64 rows run fused kernels (the app requires it, pyproject.toml)."""
+
 
 def bitsandbytes_status() -> tuple[bool, str]:
     """Whether bitsandbytes can be used here, and a line saying which version or why not."""
@@ -20,7 +23,14 @@ def bitsandbytes_status() -> tuple[bool, str]:
         import bitsandbytes  # optional: the GPU check runs without bitsandbytes
     except Exception as err:  # ImportError, or a native library that fails to load
         return False, f"bitsandbytes not importable ({type(err).__name__}: {err}): 4-bit and 8-bit skipped"
-    return True, f"bitsandbytes {bitsandbytes.__version__}"
+    version = bitsandbytes.__version__
+    major_minor = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    if major_minor < FUSED_4BIT_VERSION:  # the step cost curves then show it: every wider step a dequantize
+        return True, (
+            f"bitsandbytes {version}: older than 0.50, whose fused 4-bit kernels take 2-64 rows; wider steps "
+            "dequantize the whole weight here (pip install 'bitsandbytes>=0.50')"
+        )
+    return True, f"bitsandbytes {version}"
 
 
 def quantize_linears(model: Any, mode: str, compute_dtype: torch.dtype) -> int:

@@ -43,6 +43,7 @@ class LayerSpec:
     machine: str  # torch version, processor and the vector instructions the kernels use
     dtype: torch.dtype  # the model's activations'
     fp32_products: bool  # products read fp32 input, int8 ones in fused reductions (see DecoderLayer)
+    rows: bool = False  # the layer over any number of new tokens (``rows_layer.RowsLayer``), else the 1-token one
     code: int = 4  # :class:`DecoderLayer`'s version: a package compiled from older code is not loaded
     # (3: every float and int8 product a reduction; 4: the LM head inside, fp32 between the products)
 
@@ -51,8 +52,9 @@ class LayerSpec:
         return hashlib.sha256(repr(self).encode()).hexdigest()[:24]
 
 
-def layer_spec(model: Any, weights: LayerWeights, head: HeadWeights) -> LayerSpec:
-    """The spec of ``model``'s layer with one layer's ``weights`` and the ``head``."""
+def layer_spec(model: Any, weights: LayerWeights, head: HeadWeights, *, rows: bool = False) -> LayerSpec:
+    """The spec of ``model``'s 1-token layer (or, with ``rows``, its layer over any number of new tokens)
+    with one layer's ``weights`` and the ``head``."""
     from torch._inductor.cpu_vec_isa import pick_vec_isa  # inductor takes about a second to import: only when compiling
 
     config = model.config
@@ -70,6 +72,7 @@ def layer_spec(model: Any, weights: LayerWeights, head: HeadWeights) -> LayerSpe
         machine=f"{torch.__version__} {platform.machine()} {isa}",
         dtype=model.get_input_embeddings().weight.dtype,
         fp32_products=isa.bit_width() >= 512,
+        rows=rows,
     )
 
 
@@ -112,9 +115,7 @@ class DecoderLayer(nn.Module):
         :data:`LayerWeights`."""
         dtype = hidden.dtype
         hidden = self._layer(hidden, cos, sin, keys, values, tensors).to(dtype)
-        logits = self._project(
-            self._rms_norm(hidden, head_norm, self.spec.head_eps)[0], head_weight, head_scales, head_bias
-        )
+        logits = self._project(rms_norm(hidden, head_norm, self.spec.head_eps)[0], head_weight, head_scales, head_bias)
         return hidden, logits.to(dtype)
 
     def _layer(
@@ -132,11 +133,9 @@ class DecoderLayer(nn.Module):
         heads, kv_heads, head_dim = spec.heads, spec.kv_heads, spec.head_dim
         _project = self._project
         hidden = hidden.float()
-        norm1, norm2 = tensors[0], tensors[1]
-        count = (len(tensors) - 2) // 3  # 7 projections, or 4 where q, k, v and gate, up are joined
-        projections = [(tensors[2 + i], tensors[2 + count + i], tensors[2 + 2 * count + i]) for i in range(count)]
-        h = self._rms_norm(hidden, norm1, spec.eps)
-        if count == 4:
+        norm1, norm2, projections = layer_tensors(tensors)
+        h = rms_norm(hidden, norm1, spec.eps)
+        if len(projections) == 4:
             qkv, o, gate_up, down = projections
             q, k, v = _project(h, *qkv).split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
         else:
@@ -153,8 +152,8 @@ class DecoderLayer(nn.Module):
         weights = torch.softmax(scores, dim=-1)
         out = (weights[..., None] * values.permute(1, 0, 2)[:, None].float()).sum(-2)
         hidden = hidden + _project(out.reshape(1, 1, heads * head_dim), *o)
-        h = self._rms_norm(hidden, norm2, spec.eps)
-        if count == 4:
+        h = rms_norm(hidden, norm2, spec.eps)
+        if len(projections) == 4:
             gate, up = _project(h, *gate_up).chunk(2, dim=-1)
         else:
             gate, up = _project(h, *gate_proj), _project(h, *up_proj)
@@ -181,11 +180,20 @@ class DecoderLayer(nn.Module):
         out = out.reshape(*x.shape[:-1], out.shape[-1])
         return out if bias is None else out + bias
 
-    @staticmethod
-    def _rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        """In fp32, not rounded to the model's dtype (transformers' norm rounds its output)."""
-        hidden = hidden.float()
-        return weight * (hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + eps))
+
+def layer_tensors(tensors: tuple[torch.Tensor | None, ...]) -> tuple[Any, Any, list[tuple[Any, Any, Any]]]:
+    """A layer's :data:`LayerWeights` as its two norms and its projections' (weight, scales, bias): seven,
+    or four where q, k, v and gate, up are joined."""
+    norm1, norm2 = tensors[0], tensors[1]
+    count = (len(tensors) - 2) // 3
+    projections = [(tensors[2 + i], tensors[2 + count + i], tensors[2 + 2 * count + i]) for i in range(count)]
+    return norm1, norm2, projections
+
+
+def rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """In fp32, not rounded to the model's dtype (transformers' norm rounds its output)."""
+    hidden = hidden.float()
+    return weight * (hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + eps))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -21,14 +21,17 @@ from typing import Any
 import torch
 
 from core.runtime.compiled.layer import HEAD_STAND_IN_ROWS, DecoderLayer, LayerSpec, layer_spec
+from core.runtime.compiled.rows_layer import MAX_ROWS, RowsLayer
 from core.runtime.weights.fused import fuse_projections, head_weights, layer_weights
 
 log = logging.getLogger(__name__)
 
 LayerRunner = Callable[[list[torch.Tensor]], list[torch.Tensor]]
-"""A compiled layer: ``[hidden, cos, sin, keys, values, *head, *weights]`` (``None`` tensors left out) in,
-``[hidden, logits]`` out; see :class:`~core.runtime.compiled.layer.DecoderLayer`."""
-_WARM_UP_START = 5  # cache entries before the warm-up token
+"""A compiled layer: ``[hidden, cos, sin, keys, values, *head, *weights]`` (the rows layer: ``mask, rows``
+after ``values``; ``None`` tensors left out) in, ``[hidden, logits]`` out; see
+:class:`~core.runtime.compiled.layer.DecoderLayer` and :class:`~core.runtime.compiled.rows_layer.RowsLayer`."""
+_WARM_UP_START = 5  # cache entries before the warm-up step
+_WARM_UP_ROWS = 4  # the rows layer's example step: 0 and 1 would fix the row count
 
 
 def set_compile_cache(cache_dir: Path) -> None:
@@ -47,14 +50,21 @@ class CompileJob:
     path: Path
 
 
-def compile_job(model: Any) -> CompileJob:
-    """The compile job of a model :func:`~core.runtime.compiled.step.why_not_compilable` accepts (its projections joined first)."""
+def compile_jobs(model: Any) -> tuple[CompileJob, CompileJob]:
+    """The compile jobs of a model :func:`~core.runtime.compiled.step.why_not_compilable` accepts (its
+    projections joined first): its 1-token layer and its layer over any number of new tokens."""
+    return compile_job(model, rows=False), compile_job(model, rows=True)
+
+
+def compile_job(model: Any, *, rows: bool) -> CompileJob:
+    """The compile job of ``model``'s 1-token layer, or with ``rows`` its layer over any number of new tokens."""
     fuse_projections(model)
     weights, head = layer_weights(model), head_weights(model)
     assert weights is not None and head is not None
     with vector_isa_from_flags():
-        spec = layer_spec(model, weights[0], head)
-    return CompileJob(spec, (*scratch_inputs(model), *head, *weights[0]), package_dir() / f"layer-{spec.key}.pt2")
+        spec = layer_spec(model, weights[0], head, rows=rows)
+    inputs = (*scratch_inputs(model, rows=rows), *head, *weights[0])
+    return CompileJob(spec, inputs, package_dir() / f"layer-{spec.key}.pt2")
 
 
 @contextmanager
@@ -113,10 +123,15 @@ def compile_package(job: CompileJob) -> LayerRunner:
     import torch._inductor.config as inductor_config  # inductor takes about a second to import: only when compiling
     from torch.export import Dim
 
-    inputs, path = job.inputs, job.path
+    inputs, path, rows = job.inputs, job.path, job.spec.rows
     length, vocabulary = Dim("length", min=2, max=1 << 20), Dim("vocabulary", min=HEAD_STAND_IN_ROWS, max=1 << 24)
-    head = (None, *({0: vocabulary} if t is not None else None for t in inputs[6:9]))  # any number of head rows
-    shapes = (None, None, None, {0: length}, {0: length}, *head, (None,) * (len(inputs) - 9))  # the last: *tensors
+    step: tuple[Any, ...] = (None, None, None, {0: length}, {0: length})
+    if rows:  # any number of new tokens and of rows kept
+        tokens, kept = Dim("tokens", min=1, max=MAX_ROWS), Dim("kept", min=1, max=MAX_ROWS)
+        step = ({1: tokens}, {1: tokens}, {1: tokens}, {0: length}, {0: length}, {0: tokens, 1: length}, {0: kept})
+    first_head = len(step)
+    head = (None, *({0: vocabulary} if t is not None else None for t in inputs[first_head + 1 : first_head + 4]))
+    shapes = (*step, *head, (None,) * (len(inputs) - first_head - 4))  # the last: *tensors
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.pt2")
     try:
@@ -126,7 +141,8 @@ def compile_package(job: CompileJob) -> LayerRunner:
         # made a first start 7 s longer, and they save a later compile less (packages are kept).
         options = {"compile_threads": 1, "realize_acc_reads_threshold": 2, "aot_inductor.precompile_headers": False}
         with torch.no_grad(), vector_isa_from_flags(), inductor_config.patch(options):
-            program = torch.export.export(DecoderLayer(job.spec), inputs, dynamic_shapes=shapes)
+            layer = RowsLayer(job.spec) if rows else DecoderLayer(job.spec)
+            program = torch.export.export(layer, inputs, dynamic_shapes=shapes)
             torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
         partial.replace(path)  # whole or not at all: another start never loads half a package
     finally:
@@ -134,14 +150,20 @@ def compile_package(job: CompileJob) -> LayerRunner:
     return _runner(path)
 
 
-def scratch_inputs(model: Any) -> tuple[torch.Tensor, ...]:
-    """A 1-token step's input, rotary tables and zeroed cache ``[_WARM_UP_START + 1, kv_heads, head_dim]``."""
+def scratch_inputs(model: Any, *, rows: bool) -> tuple[torch.Tensor, ...]:
+    """A step's input, rotary tables and zeroed cache ``[_WARM_UP_START + tokens, kv_heads, head_dim]``:
+    of 1 token, or with ``rows`` of :data:`_WARM_UP_ROWS` tokens (then also its mask and the rows kept)."""
     config = model.config
     dtype = model.get_input_embeddings().weight.dtype
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    shape = (_WARM_UP_START + 1, config.num_key_value_heads, head_dim)
+    tokens = _WARM_UP_ROWS if rows else 1
+    shape = (_WARM_UP_START + tokens, config.num_key_value_heads, head_dim)
     inner = model.model
     with torch.no_grad():
-        hidden = inner.embed_tokens(torch.tensor([[0]]))
-        cos, sin = inner.rotary_emb(hidden, position_ids=torch.tensor([[_WARM_UP_START]]))
-    return hidden, cos, sin, torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+        hidden = inner.embed_tokens(torch.zeros(1, tokens, dtype=torch.long))
+        positions = torch.arange(_WARM_UP_START, _WARM_UP_START + tokens)[None]
+        cos, sin = inner.rotary_emb(hidden, position_ids=positions)
+    step = (hidden, cos, sin, torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
+    if not rows:
+        return step
+    return *step, torch.zeros(tokens, shape[0], dtype=dtype), torch.arange(HEAD_STAND_IN_ROWS)

@@ -6,7 +6,8 @@ them side by side in two processes, while this one waits, saves most of one comp
 with two cores or more. Each child compiles one :class:`~core.runtime.compiled.package.CompileJob`
 into the package cache; the models then load their packages in
 :func:`~core.runtime.compiled.step.compile_step`, which compiles in this process whatever a child
-did not leave (a child that failed, or could not start).
+did not leave (a child that failed, or could not start). The children run at the lowest priority
+(``nice`` 19, Windows' idle class), so that compiling in the background never slows an answer down.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 
 from core.progress import Cancelled
-from core.runtime.compiled.package import CompileJob, compile_job, compile_package
+from core.runtime.compiled.package import CompileJob, compile_jobs, compile_package
 from core.runtime.compiled.step import why_not_compilable
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ EXPECTED_SECONDS = 12.0
 
 CHILD_COMMAND = "_compile-step"
 """The frozen app's first argument that makes it a compiling child (see ``app.cli``)."""
+
+DELAY_OPTION = "--delay"
+"""A child's option: seconds to wait before compiling (how tests make a compile slow)."""
 
 
 def compile_in_parallel(
@@ -51,7 +55,7 @@ def compile_in_parallel(
 
     try:
         get_cpp_compiler()  # none (Windows without Visual Studio's, say): no children that could only fail
-        jobs = {job.path: job for job in (compile_job(m) for m in models if why_not_compilable(m) is None)}
+        jobs = {job.path: job for m in models if why_not_compilable(m) is None for job in compile_jobs(m)}
     except Exception as err:  # compile_step meets the same failure and reports it
         log.warning("step packages not compiled side by side: %s", err)
         return
@@ -63,7 +67,7 @@ def compile_in_parallel(
         children: list[tuple[subprocess.Popen, Path]] = []
         try:
             for i, job in enumerate(missing):
-                children.append(_start(job, Path(folder) / f"job-{i}"))
+                children.append(start_child(job, Path(folder) / f"job-{i}"))
             while any(child.poll() is None for child, _ in children):
                 if cancelled is not None and cancelled():
                     raise Cancelled
@@ -74,35 +78,41 @@ def compile_in_parallel(
             log.warning("step packages not compiled side by side: %s", err)
         finally:
             for (child, _), job in zip(children, missing):
-                _stop(child, job)
+                stop_child(child, job)
         for (child, errors), job in zip(children, missing):
-            if child.returncode not in (0, None):
-                last = (errors.read_text(encoding="utf-8", errors="replace").strip().splitlines() or [""])[-1]
-                log.warning(
-                    "compiling %s in a child process failed (exit %s): %s", job.path.name, child.returncode, last
-                )
+            report_failure(child, errors, job)
     if progress is not None:
         progress(1.0)
     log.info("%d step packages compiled side by side in %.1f s", len(missing), time.perf_counter() - start)
 
 
-def _start(job: CompileJob, stem: Path) -> tuple[subprocess.Popen, Path]:
-    """A child compiling ``job`` (handed over in a file next to ``stem``), and the file of its error output."""
+def start_child(job: CompileJob, stem: Path, delay_s: float = 0.0) -> tuple[subprocess.Popen, Path]:
+    """A child compiling ``job`` (handed over in a file next to ``stem``) at the lowest priority, and the
+    file of its error output. ``delay_s``: the child waits that long first (a slow compile, for tests)."""
     job_file, errors = stem.with_suffix(".pt"), stem.with_suffix(".log")
     torch.save(job, job_file)
+    delay = [DELAY_OPTION, str(delay_s)] if delay_s > 0 else []
+    flags = getattr(subprocess, "CREATE_NO_WINDOW", 0) | getattr(subprocess, "IDLE_PRIORITY_CLASS", 0)  # Windows
     with errors.open("wb") as sink:
         child = subprocess.Popen(
-            [*child_command(), str(job_file)],
+            [*child_command(), str(job_file), *delay],
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=sink,
             start_new_session=os.name == "posix",  # its compiler processes go with it
-            creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0),
+            creationflags=flags,
         )
     return child, errors
 
 
-def _stop(child: subprocess.Popen, job: CompileJob) -> None:
+def report_failure(child: subprocess.Popen, errors: Path, job: CompileJob) -> None:
+    """Log the last line a child that failed wrote (the step is then compiled in this process, or stays eager)."""
+    if child.returncode not in (0, None):
+        last = (errors.read_text(encoding="utf-8", errors="replace").strip().splitlines() or [""])[-1]
+        log.warning("compiling %s in a child process failed (exit %s): %s", job.path.name, child.returncode, last)
+
+
+def stop_child(child: subprocess.Popen, job: CompileJob) -> None:
     """Stop a child still running (cancelled), with the compiler it runs, and remove its partial package."""
     if child.poll() is not None:
         return
@@ -122,7 +132,12 @@ def child_command() -> list[str]:
 
 
 def child_main(argv: Sequence[str]) -> int:
-    """A compiling child: compile the job in the file ``argv[0]``; the exit code says whether it did."""
+    """A compiling child: compile the job in the file ``argv[0]`` (after ``--delay S`` seconds), at the lowest
+    priority (its compiler processes inherit it); the exit code says whether it did."""
+    if os.name == "posix":
+        os.nice(19)  # Windows: the parent started it in the idle priority class
+    if len(argv) == 3 and argv[1] == DELAY_OPTION:
+        time.sleep(float(argv[2]))
     job: CompileJob = torch.load(argv[0], weights_only=False)  # written by this app's parent process just before
     torch.set_num_threads(job.spec.threads)  # inductor's kernels are compiled for the parent's thread count
     compile_package(job)

@@ -1,12 +1,13 @@
-"""A compiled 1-token decoding step for the CPU: one decoder layer as ahead-of-time compiled code, reused by every layer.
+"""Compiled decoding steps for the CPU: one decoder layer as ahead-of-time compiled code, reused by every layer.
 
 Eager PyTorch runs a decoder layer as some forty small operators (norms, rotary, residuals, SiLU,
 the cache write, attention), each with its own dispatch; at a few milliseconds per 1-token step
 for a 30-layer model, that is much of the step. Here the layer is a function of its input, its
 cache and its weights (:mod:`core.runtime.compiled.layer`), compiled once into a package
-(:mod:`core.runtime.compiled.package`) that every layer calls with its own weights. So the step
-needs plain weights (layout ``plain`` or ``packed+rows``) or quantized ones; lookahead's wider
-steps stay eager. Whether compiling pays is measured where the app runs (``core.autotune``).
+(:mod:`core.runtime.compiled.package`) that every layer calls with its own weights: one for 1-token
+steps (:mod:`~core.runtime.compiled.layer`), one for lookahead's wider steps
+(:mod:`~core.runtime.compiled.rows_layer`). So the step needs plain weights (layout ``plain`` or
+``packed+rows``) or quantized ones. Whether each pays is measured where the app runs (``core.autotune``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 from core.runtime.architecture import supports_llama_step
 from core.runtime.compiled.layer import HEAD_STAND_IN_ROWS, LayerSpec, layer_spec
-from core.runtime.compiled.package import LayerRunner, compile_job, compile_package, load_package, scratch_inputs
+from core.runtime.compiled.package import LayerRunner, compile_jobs, compile_package, load_package, scratch_inputs
 from core.runtime.weights.fused import HeadWeights, LayerWeights, head_weights, layer_weights
 
 log = logging.getLogger(__name__)
@@ -45,34 +46,63 @@ def why_not_compilable(model: Any, *, weights: bool = True) -> str | None:
 
 @dataclass(frozen=True)
 class CompiledInputs:
-    """The compiled layer and the tensors each call takes after ``[hidden, cos, sin, keys, values]``."""
+    """The compiled layers and the tensors each call takes after the step's own inputs."""
 
-    layer: LayerRunner
+    one_token: LayerRunner | None  # 1-token steps (``None``: eager)
+    rows: (
+        LayerRunner | None
+    )  # steps of 2 to :data:`~core.runtime.compiled.rows_layer.MAX_ROWS` new tokens (``None``: eager)
     layers: list[tuple[torch.Tensor, ...]]  # every layer's weights
     head: tuple[torch.Tensor, ...]  # the final norm and LM head (for the last layer)
     stand_in: tuple[torch.Tensor, ...]  # a few of the head's rows (for the others)
 
 
 @dataclass(frozen=True)
-class CompiledStep:
-    """A model's compiled 1-token layer and the spec it was compiled for."""
+class CompiledLayer:
+    """A compiled layer and the spec it was compiled for."""
 
     spec: LayerSpec
-    layer: LayerRunner
+    run: LayerRunner
+
+
+@dataclass(frozen=True)
+class CompiledStep:
+    """A model's compiled layers: for 1-token steps, and for steps of more new tokens (lookahead's); a
+    ``None`` one leaves those steps eager (where it did not measure faster, say)."""
+
+    one_token: CompiledLayer | None
+    rows: CompiledLayer | None
+
+    def only(self, *, one_token: bool, rows: bool) -> CompiledStep | None:
+        """This step with only the layers asked for (``None`` when that leaves none)."""
+        kept = CompiledStep(self.one_token if one_token else None, self.rows if rows else None)
+        return kept if kept.one_token is not None or kept.rows is not None else None
 
     def inputs(self, model: Any) -> CompiledInputs | None:
-        """The layer with every layer's weights of ``model`` as it takes them; ``None`` (eager) when the
-        model changed since it was compiled (converted to another dtype, say)."""
+        """The layers with every layer's weights of ``model`` as they take them; ``None`` (eager) when the
+        model changed since they were compiled (converted to another dtype, say)."""
         weights, head = layer_weights(model), head_weights(model)
-        if weights is None or head is None or any(layer_spec(model, w, head) != self.spec for w in weights):
+        layers = [layer for layer in (self.one_token, self.rows) if layer is not None]
+        if (
+            weights is None
+            or head is None
+            or any(layer_spec(model, w, head, rows=layer.spec.rows) != layer.spec for layer in layers for w in weights)
+        ):
             log.warning("the decoding step runs eager: the model changed since its step was compiled")
             return None
-        return CompiledInputs(self.layer, [present(w) for w in weights], present(head), present(head_stand_in(head)))
+        return CompiledInputs(
+            None if self.one_token is None else self.one_token.run,
+            None if self.rows is None else self.rows.run,
+            [present(w) for w in weights],
+            present(head),
+            present(head_stand_in(head)),
+        )
 
 
 def compile_step(model: Any) -> CompiledStep | str:
-    """The compiled 1-token layer of ``model``: from the package cache, else compiled now (and stored);
-    run once on scratch buffers. Joins the model's projections first (``core.runtime.weights.fused``).
+    """The compiled layers of ``model`` (for 1-token steps and for wider ones): from the package cache,
+    else compiled now (and stored); each run once on scratch buffers. Joins the model's projections
+    first (``core.runtime.weights.fused``).
 
     Returns why it cannot, where it cannot (the model then keeps the eager step). Compiling needs a C++
     compiler; any failure of inductor is caught and reported here.
@@ -81,17 +111,19 @@ def compile_step(model: Any) -> CompiledStep | str:
     if reason is not None:
         return reason
     try:
-        job = compile_job(model)
-        layer = (load_package(job.path) if job.path.exists() else None) or compile_package(job)
-        weights, head = layer_weights(model), head_weights(model)
-        assert weights is not None and head is not None
-        with torch.inference_mode():
-            layer([*scratch_inputs(model), *present(head_stand_in(head)), *present(weights[0])])
+        layers = []
+        for job in compile_jobs(model):
+            run = (load_package(job.path) if job.path.exists() else None) or compile_package(job)
+            weights, head = layer_weights(model), head_weights(model)
+            assert weights is not None and head is not None
+            with torch.inference_mode():
+                run([*scratch_inputs(model, rows=job.spec.rows), *present(head_stand_in(head)), *present(weights[0])])
+            layers.append(CompiledLayer(job.spec, run))
     except Exception as err:  # inductor raises many kinds (no compiler, no headers); eager still answers
         log.warning("the decoding step stays eager: compiling it failed: %s", err)
         first_line = (str(err).strip().splitlines() or [""])[0][:200]
         return f"compiling failed: {type(err).__name__}: {first_line}"
-    return CompiledStep(job.spec, layer)
+    return CompiledStep(*layers)
 
 
 def head_stand_in(head: HeadWeights) -> HeadWeights:

@@ -95,3 +95,18 @@ def test_the_window_fits_a_1366_px_screen_with_the_longest_texts_and_the_server_
     finally:
         asyncio.set_event_loop(None)
         loop.close()
+
+
+def test_background_work_shows_its_progress_with_cancel_then_what_got_faster(qtbot) -> None:
+    bar = FiguresBar()
+    qtbot.addWidget(bar)
+    bar.show()
+    assert bar.background_bar.isHidden() and bar.background_cancel.isHidden() and bar.background.text() == ""
+    bar.show_background("Measuring this machine for Auto in the background", 0.42)
+    assert bar.background.text() == "42%" and "Measuring" in bar.background_bar.toolTip()
+    assert bar.background_bar.value() == 420 and bar.background_bar.isVisible() and bar.background_cancel.isVisible()
+    with qtbot.waitSignal(bar.cancel_background, timeout=1000):
+        bar.background_cancel.click()
+    bar.background_done("compiled step ready: 2.3x faster")
+    assert bar.background.text() == "compiled step ready: 2.3x faster"
+    assert bar.background_bar.isHidden() and bar.background_cancel.isHidden()

@@ -185,15 +185,14 @@ def test_a_compiled_step_in_the_cache_is_compiled_again_at_the_next_start(tiny_m
     cal.ensure_calibrated(loaded, app_paths)
     path = _path(app_paths, loaded)
     stored = json.loads(path.read_text())
-    stored["calibration"].update(layout="plain", compiled=True)  # as where compiling measured faster
+    stored["calibration"].update(layout="plain", compiled=True, compiled_rows=True)  # as where both measured faster
     path.write_text(json.dumps(stored))
     again = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
     stages: list[tuple[str, float]] = []
     calibration = cal.ensure_calibrated(again, app_paths, lambda stage, f: stages.append((stage, f))).calibration
-    assert calibration.compiled and again.prepared.compiled is not None
-    assert (
-        stages == [(cal.COMPILE_STAGE, 0.0), (cal.COMPILE_STAGE, 1.0)] and "compiled 1-token step" in calibration.reason
-    )
+    step = again.prepared.compiled
+    assert calibration.compiled and step is not None and step.one_token is not None and step.rows is not None
+    assert stages == [(cal.COMPILE_STAGE, 0.0), (cal.COMPILE_STAGE, 1.0)] and "compiled steps" in calibration.reason
 
 
 def test_a_variant_is_compiled_only_if_it_might_overtake_the_fastest() -> None:
@@ -234,7 +233,7 @@ def test_packed_weights_join_the_side_by_side_compile_on_their_plain_copy(tmp_pa
     apply_layout(fp32, PACKED)  # what choose_layout keeps for fp32 here (a bigger model's bf16, elsewhere)
     with caplog.at_level(logging.INFO, logger="core.runtime.compiled.parallel"):
         variants = cal.prepare_variants({"fp32": fp32, "int8": int8}, None)
-    assert "2 step packages compiled side by side" in caplog.text
+    assert "4 step packages compiled side by side" in caplog.text  # each variant's 1-token and rows layers
     compiled = variants.models["fp32"].compiled is not None
     assert layout_of(fp32) == (PACKED_ROWS if compiled else PACKED)  # the copy only with the step
 
@@ -273,13 +272,13 @@ def test_without_its_compiler_a_cached_fp32_step_drops_the_plain_copy(
     cal.ensure_calibrated(loaded, app_paths)
     path = _path(app_paths, loaded)
     stored = json.loads(path.read_text())
-    stored["calibration"].update(layout=PACKED_ROWS, compiled=True)  # as where the compiled fp32 step won
+    stored["calibration"].update(layout=PACKED_ROWS, compiled=True, compiled_rows=True)  # as where they won
     path.write_text(json.dumps(stored))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # its package gone, and no compiler now
     again = load_model(ModelSource("folder", str(tiny_model_folder)), options, app_paths)
     with inductor_config.patch({"cpp.cxx": (None, str(tmp_path / "no-such-compiler"))}):
         calibration = cal.ensure_calibrated(again, app_paths).calibration
-    assert not calibration.compiled and again.prepared.compiled is None
+    assert not calibration.compiled and not calibration.compiled_rows and again.prepared.compiled is None
     assert calibration.layout == layout_of(again.model) == PACKED  # fp32's plain copy served only the compiled step
     assert "compiled" not in calibration.reason
 
@@ -343,3 +342,25 @@ def test_the_status_line_says_greedy_answers_may_vary_only_where_they_can(tiny_m
         assert auto.reason == auto.calibration.reason
     else:
         assert auto.reason == cal.auto_reason(auto.calibration, "int8 weights") != auto.calibration.reason
+
+
+def test_the_calibration_in_the_cache_serves_every_data_folder_and_an_old_one_is_still_read(
+    tiny_loaded, app_paths, tmp_path
+) -> None:
+    from core.autotune.calibration import Calibration
+    from core.autotune.curve import StepCostCurve
+    from core.autotune.predict import grid, predict
+    from core.paths import AppPaths
+
+    curve = StepCostCurve((1, 2, 4, 8, 16, 32), (0.038, 0.040, 0.040, 0.042, 0.043, 0.048))
+    calibration = Calibration("cpu", "float32", curve, predict(curve, grid("cpu")), 1.0)
+    store = CalibrationStore.of(app_paths, tiny_loaded)
+    assert store.path.parent == app_paths.calibration_dir and store.legacy.parent == app_paths.data_dir / "calibration"
+    CalibrationStore(store.legacy, store.key).write(calibration)  # where an older version kept it
+    assert store.read().curve == curve and not store.path.exists()
+    store.add_learned(calibration, {"W0 N3 G1": (1.5, 3.0)})  # the next save writes it to the cache, learned kept
+    other = AppPaths(tmp_path / "c2", tmp_path / "d2", app_paths.cache_dir, app_paths.calibration).ensure()
+    again = CalibrationStore.of(other, tiny_loaded)  # a new data folder on the same machine
+    assert again.path == store.path and again.read().curve == curve
+    assert json.loads(again.path.read_text())["learned"] == {"W0 N3 G1": [1.5, 3.0]}
+    assert AppPaths(tmp_path, tmp_path, tmp_path / "cache").calibration_dir == tmp_path / "cache" / "calibration"

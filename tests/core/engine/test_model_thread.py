@@ -1,19 +1,31 @@
-"""The model thread's loads: what it reports while a model loads and Auto measures the machine."""
+"""The model thread's loads: a first load answers at once while Auto measures in the background, between answers."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
-from core.autotune.prepare import STAGE
+from core.chat.prompt import Message
+from core.engine.answer_job import AnswerRequest
+from core.engine.background import COMPILING, MEASURING, MEASURING_REASON, BackgroundCalibration
 from core.engine.model_thread import ModelThread
+from core.engine.ready import ReadyModel, make_ready
 from core.models.options import LoadOptions, ModelSource
+from core.paths import AppPaths
+from core.settings import LookaheadSettings, SamplingSettings
+from tests.core.engine.test_answer_job import Heard
 
 
 class Events:
+    """What a model thread reports; ``on_background`` hears each background report first (on its thread)."""
+
     def __init__(self) -> None:
         self.progress: list[tuple[str, float]] = []
-        self.loaded = threading.Event()
-        self.info = None
+        self.background: list[tuple[str, float, float]] = []  # stage, fraction, when
+        self.loaded, self.upgraded = threading.Event(), threading.Event()
+        self.info, self.message = None, None
+        self.on_background = lambda stage: None
 
     def load_progress(self, stage: str, fraction: float) -> None:
         self.progress.append((stage, fraction))
@@ -26,20 +38,121 @@ class Events:
         self.info = message
         self.loaded.set()
 
+    def background_progress(self, stage: str, fraction: float) -> None:
+        self.background.append((stage, fraction, time.monotonic()))
+        self.on_background(stage)
 
-def test_a_first_load_says_it_measures_as_soon_as_the_model_is_ready(tiny_model_folder, app_paths) -> None:
-    """Calibration's first report comes right after "Model ready": it must not be dropped by the
-    throttle, or the window shows a stage that is over for the whole measurement."""
-    events = Events()
-    thread = ModelThread(app_paths, events)
-    try:
-        thread.load(
-            ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu", dtype="auto", quantization="none")
+    def model_upgraded(self, info, message: str) -> None:
+        self.info, self.message = info, message
+        self.upgraded.set()
+
+
+class Answer:
+    """An answer queued on a model thread, and when it started and ended."""
+
+    def __init__(self, thread: ModelThread, max_new_tokens: int = 48) -> None:
+        self.heard, self.done = Heard(), threading.Event()
+        self.started_at = self.ended_at = 0.0
+        ended = self.heard.ended
+
+        def end(outcome) -> None:
+            self.ended_at = time.monotonic()
+            ended(outcome)
+            self.done.set()
+
+        self.heard.ended = end
+        request = AnswerRequest(
+            (Message("user", "Count to twenty."),),
+            "auto",
+            LookaheadSettings(),
+            SamplingSettings(max_new_tokens=max_new_tokens),
         )
-        assert events.loaded.wait(300) and not isinstance(events.info, str), events.info
+        self.submitted_at = time.monotonic()
+        thread.answer(request, self.heard)
+
+
+def test_a_first_load_answers_at_once_and_auto_measures_between_answers(tiny_model_folder, app_paths, tmp_path) -> None:
+    """The window's first start: the model is ready without measuring; the background work compiles,
+    then measures; an answer that starts meanwhile stops the measurement within 0.5 s, which goes on
+    after it; the faster step then answers, and the next start reads the calibration."""
+    events, answers = Events(), []
+    thread = ModelThread(app_paths, events)
+
+    def answer_while_measuring(stage: str) -> None:
+        if stage == MEASURING and not answers:
+            answers.append(Answer(thread))
+
+    events.on_background = answer_while_measuring
+    source, options = ModelSource("folder", str(tiny_model_folder)), LoadOptions(device="cpu", dtype="fp32")
+    try:
+        thread.load(source, options)
+        assert events.loaded.wait(60) and not isinstance(events.info, str), events.info
+        assert events.info.auto_reason == MEASURING_REASON  # ready without measuring
+        assert events.progress[-1][0] == "Model ready"
+        first = Answer(thread)  # at once, on the eager plain step
+        assert first.done.wait(30) and first.heard.outcomes[0].failure is None and first.heard.text
+        background = thread.background
+        assert background is not None
+        assert events.upgraded.wait(300), events.background[-3:]
     finally:
         assert thread.shutdown(10)
-    stages = [stage for stage, _ in events.progress]
-    ready = stages.index("Model ready")
-    assert events.progress[ready + 1] == (STAGE, 0.0)  # the very next report names the measurement
-    assert events.progress[-1] == (STAGE, 1.0) and events.info.auto_reason.startswith("Auto: ")
+    (during,) = answers
+    assert during.done.is_set() and during.heard.outcomes[0].failure is None
+    wait = next(when for when in background.gate.waited_at if when >= during.submitted_at)
+    assert wait - during.submitted_at < 0.5  # the measurement stopped at once
+    measured = [when for stage, _, when in events.background if stage == MEASURING]
+    assert not [when for when in measured if wait < when < during.ended_at]  # and waited for the answer
+    assert measured[-1] > during.ended_at  # then went on
+    assert thread.background is None and events.info.auto_reason.startswith("Auto: ")
+    assert events.info.auto_reason != MEASURING_REASON and events.message
+    # a new data folder on the same machine (the same cache) reads the calibration: nothing runs in the background
+    fresh = AppPaths(
+        tmp_path / "new-home" / "config", tmp_path / "new-home" / "data", app_paths.cache_dir, app_paths.calibration
+    )
+    again = ModelThread(fresh.ensure())
+    try:
+        again.load(source, options)
+        deadline = time.monotonic() + 60
+        while again.model_name is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert again.model_name is not None and again.background is None
+    finally:
+        assert again.shutdown(10)
+
+
+def test_an_answer_starts_before_compiling_ends_and_nothing_is_left_running(
+    tiny_loaded, app_paths, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # nothing compiled yet
+    events = Events()
+    background = BackgroundCalibration(tiny_loaded, app_paths, compile_delay_s=300)  # a very slow compile
+    ready = ReadyModel(tiny_loaded, make_ready(tiny_loaded, app_paths, background=True).auto, _pools(), background)
+    thread = ModelThread(app_paths, events, ready)
+    try:
+        deadline = time.monotonic() + 60
+        while not background.children and time.monotonic() < deadline:
+            time.sleep(0.02)
+        children = list(background.children)
+        assert children and any(stage == COMPILING for stage, *_ in events.background)
+        answer = Answer(thread)
+        assert answer.done.wait(30) and answer.heard.outcomes[0].failure is None and answer.heard.text
+        assert all(child.poll() is None for child in children)  # the answer came while compiling went on
+    finally:
+        start = time.monotonic()
+        assert thread.shutdown(10)
+    assert time.monotonic() - start < 5 and not background.running
+    for child in children:  # each child and its process group (its compiler) are gone
+        assert child.poll() is not None
+        try:
+            os.killpg(child.pid, 0)
+            raise AssertionError(f"compiling child {child.pid} left running")
+        except ProcessLookupError:
+            pass
+    assert not list((tmp_path / "inductor").rglob("*.pt2"))  # no half package
+    assert ready.auto.reason == MEASURING_REASON and not events.upgraded.is_set()
+
+
+def _pools():
+    from core.chat.pools import ConversationPools
+
+    return ConversationPools()

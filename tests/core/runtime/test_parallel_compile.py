@@ -9,11 +9,16 @@ import pytest
 
 from core.lookahead import Decoding
 from core.progress import Cancelled
-from core.runtime.compiled.package import compile_job
+from core.runtime.compiled.package import compile_job, compile_jobs
 from core.runtime.compiled.parallel import compile_in_parallel
 from core.runtime.weights.quantized import quantize_model
 from tests.conftest import make_model, tiny_llama_config
 from tests.core.runtime.test_compiled_step import _layer_calls, _prompt, compiled
+
+
+def _paths(models: list) -> list:
+    """Every package the models' steps take: each model's 1-token layer and rows layer."""
+    return [job.path for model in models for job in compile_jobs(model)]
 
 
 def _variants() -> list:
@@ -27,14 +32,14 @@ def test_children_compile_the_packages_that_the_models_then_load(tmp_path, monke
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # the children's cache too
     models = _variants()
     compile_in_parallel(models)
-    paths = [compile_job(model).path for model in models]
-    assert len(set(paths)) == 2 and all(path.is_file() for path in paths)
+    paths = _paths(models)
+    assert len(set(paths)) == 4 and all(path.is_file() for path in paths)
     stamps = [path.stat().st_mtime_ns for path in paths]
     for model in models:
         eager = Decoding(model, _prompt(3), max_new_tokens=12)
         list(eager)
         decoding = Decoding(compiled(model), _prompt(3), max_new_tokens=12)
-        assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == 1  # the compiled step ran
+        assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == 1  # the compiled steps ran
         assert decoding.tokens == eager.tokens
     assert [path.stat().st_mtime_ns for path in paths] == stamps  # loaded, not compiled again
     assert not list((tmp_path / "inductor" / "lookahead-steps").glob("*partial*"))
@@ -48,7 +53,7 @@ def test_cancel_stops_the_children_and_leaves_no_package(tmp_path, monkeypatch) 
     deadline = time.perf_counter() + 6  # the children are compiling by then
     with pytest.raises(Cancelled):
         compile_in_parallel(models, cancelled=lambda: time.perf_counter() > deadline)
-    assert not any(compile_job(model).path.exists() for model in models)
+    assert not any(path.exists() for path in _paths(models))
     assert not list((tmp_path / "inductor").rglob("*.partial.pt2"))
 
 
@@ -57,21 +62,19 @@ def test_children_that_fail_are_reported_and_the_models_compile_as_before(tmp_pa
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     models = _variants()
-    assert len({compile_job(model).path for model in models}) == 2  # this process's compiler is fine
+    assert len(set(_paths(models))) == 4  # this process's compiler is fine
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))  # the children's is not
     with caplog.at_level(logging.WARNING, logger="core.runtime.compiled.parallel"):
         compile_in_parallel(models)
     failures = [r.getMessage() for r in caplog.records if "in a child process failed" in r.getMessage()]
-    assert len(failures) == 2 and all("C++ compiler" in failure for failure in failures), failures
-    assert not any(compile_job(model).path.exists() for model in models)
+    assert len(failures) == 4 and all("C++ compiler" in failure for failure in failures), failures
+    assert not any(path.exists() for path in _paths(models))
 
 
-def test_nothing_to_do_for_a_single_package(tmp_path, monkeypatch) -> None:
+def test_models_of_the_same_shapes_share_their_packages(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     model, same_shapes = make_model(tiny_llama_config(96), seed=12), make_model(tiny_llama_config(96), seed=13)
-    assert compile_job(model).path == compile_job(same_shapes).path
-    compile_in_parallel([model, same_shapes])  # one package for both: one compile, left to compile_step in this process
-    assert not compile_job(model).path.exists()
+    assert _paths([model]) == _paths([same_shapes]) and len(set(_paths([model]))) == 2  # 1-token and rows layers
 
 
 def test_the_app_command_line_runs_a_child(tmp_path, monkeypatch) -> None:
@@ -82,7 +85,7 @@ def test_the_app_command_line_runs_a_child(tmp_path, monkeypatch) -> None:
     from core.runtime.compiled.parallel import CHILD_COMMAND
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    job = compile_job(make_model(tiny_llama_config(96), seed=14))
+    job = compile_job(make_model(tiny_llama_config(96), seed=14), rows=True)
     torch.save(job, tmp_path / "job.pt")
     assert main([CHILD_COMMAND, str(tmp_path / "job.pt")]) == 0
     assert job.path.is_file()

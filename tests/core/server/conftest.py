@@ -52,7 +52,7 @@ class Served:
 @pytest.fixture(scope="module")
 def server_paths(tmp_path_factory: pytest.TempPathFactory, real_paths: AppPaths) -> AppPaths:
     tmp = tmp_path_factory.mktemp("server")
-    return AppPaths(tmp / "config", tmp / "data", real_paths.cache_dir).ensure()
+    return AppPaths(tmp / "config", tmp / "data", real_paths.cache_dir, tmp / "calibration").ensure()
 
 
 @pytest.fixture(scope="module")
