@@ -17,6 +17,8 @@ from core.atomic import write_json_atomic
 from core.lookahead.config import LookaheadConfig
 from core.lookahead.sampling import MIN_TEMPERATURE
 from core.models.options import LoadOptions, ModelSource
+from core.remote import RemoteError, RemoteSource, base_url
+from core.remote.target import check_key_env
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,33 @@ class ServerSettings:
         object.__setattr__(self, "allowed_origins", _texts(self.allowed_origins, "allowed_origins", _origin))
 
 
+@dataclass(frozen=True)
+class RemoteSettings:
+    """The model source "Remote (OpenAI-compatible)": answers come from the server at ``url`` when
+    ``enabled``. The API key is never here: it is in the credential store, or in the environment
+    variable ``key_env`` names."""
+
+    enabled: bool = False
+    url: str = ""
+    model: str = ""
+    key_env: str = ""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        try:
+            if self.url.strip():
+                object.__setattr__(self, "url", base_url(self.url))
+            check_key_env(self.key_env)
+            if self.enabled:
+                RemoteSource(self.url, self.model, self.key_env)  # a URL and a model are needed
+        except RemoteError as err:
+            raise ValueError(str(err)) from None
+
+    def source(self) -> RemoteSource | None:
+        """The remote source to answer from; None when answers are local."""
+        return RemoteSource(self.url, self.model, self.key_env) if self.enabled else None
+
+
 _HOST_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-_")
 _TEXTS_LIKE = {
     "allowed_hosts": "a host name like mybox.local or an address like 192.168.1.20 (no http://, no port)",
@@ -194,6 +223,7 @@ class Settings:
     system_prompt: str = "You are a helpful assistant."
     theme: str = "system"
     server: ServerSettings = field(default_factory=ServerSettings)
+    remote: RemoteSettings = field(default_factory=RemoteSettings)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -221,6 +251,7 @@ class Settings:
             "sampling": SamplingSettings,
             "lookahead": LookaheadSettings,
             "server": ServerSettings,
+            "remote": RemoteSettings,
         }
         kwargs: dict[str, Any] = {}
         for f in fields(cls):
@@ -288,4 +319,12 @@ class SettingsStore:
         write_json_atomic(self.path, settings.to_json())
 
 
-__all__ = ["LoadedSettings", "LookaheadSettings", "SamplingSettings", "ServerSettings", "Settings", "SettingsStore"]
+__all__ = [
+    "LoadedSettings",
+    "LookaheadSettings",
+    "RemoteSettings",
+    "SamplingSettings",
+    "ServerSettings",
+    "Settings",
+    "SettingsStore",
+]

@@ -11,6 +11,7 @@ import torch
 
 from core.models.default_model import default_model_dir, is_default_model_ready
 from core.paths import AppPaths
+from tests.remote_serve import Serve, start_serve
 
 TINY_VOCAB = 49152  # the default model's tokenizer, so tiny models can chat in real text
 
@@ -122,3 +123,18 @@ def unmeasured(loaded):
 def tiny_ready(tiny_loaded):
     """The tiny model ready to answer, Auto not measured."""
     return unmeasured(tiny_loaded)
+
+
+@pytest.fixture(scope="session")
+def remote_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The remote servers' home: the first measures Auto for the tiny model, the next find it stored."""
+    return tmp_path_factory.mktemp("remote-home")
+
+
+@pytest.fixture(scope="session")
+def remote_serve(tiny_model_folder: Path, remote_home: Path) -> Iterator[Serve]:
+    """One ``lookahead-chat serve`` on the tiny model for the session's remote-source tests (it starts in seconds
+    and measures Auto once, some 30 s)."""
+    served = start_serve(tiny_model_folder, remote_home)
+    yield served
+    served.stop()

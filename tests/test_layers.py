@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("core.chat",),
     ("core.settings", "core.presets"),
     ("core.autotune",),  # measure -> predict -> choose -> keep
-    ("core.models",),  # finding, fetching and loading models
+    ("core.models", "core.remote"),  # finding, fetching and loading models; a remote engine's client
     ("core.lookahead",),  # the algorithm
     ("core.runtime",),  # one forward pass over a KV cache
     ("core", "core.paths", "core.progress", "core.atomic", "core.aside", "core.suites"),  # small utilities

@@ -14,6 +14,7 @@ from app.bridge.signals import AnswerSignals, LoadSignals
 from core.engine.answer_job import AnswerRequest
 from core.engine.jobs import StepsJob
 from core.engine.model_thread import ModelThread
+from core.engine.remote_thread import RemoteThread
 from core.models.options import LoadOptions, ModelSource
 from core.paths import AppPaths
 from core.progress import CancelToken
@@ -32,6 +33,7 @@ class ModelWorker(QObject):
         self.answers = AnswerSignals(self)
         self._ids = itertools.count(1)
         self.thread = ModelThread(paths, self.loads.listener())
+        self.remote = RemoteThread()  # remote answers: they never wait behind a load or a local answer
 
     def load(self, source: ModelSource, options: LoadOptions) -> CancelToken:
         """Queue a model load that replaces the current model (see :meth:`ModelThread.load`)."""
@@ -40,7 +42,7 @@ class ModelWorker(QObject):
     def generate(self, request: AnswerRequest) -> int:
         """Queue an answer; returns its job id. Cancel ``request.cancel`` to stop it."""
         job_id = next(self._ids)
-        self.thread.answer(request, self.answers.listener(job_id))
+        (self.thread if request.remote is None else self.remote).answer(request, self.answers.listener(job_id))
         return job_id
 
     def cancel_background(self) -> None:
@@ -48,8 +50,9 @@ class ModelWorker(QObject):
         self.thread.cancel_background()
 
     def run_job(self, job: StepsJob) -> None:
-        """Queue a step job; it runs with the loaded model after the jobs queued before it (Compare mode too)."""
-        self.thread.submit(job)
+        """Queue a step job; it runs with the loaded model after the jobs queued before it (Compare mode too),
+        or on the remote thread when it needs no model."""
+        (self.thread if job.needs_model else self.remote).submit(job)
 
     def forget(self, conversation_id: int) -> None:
         """Drop a conversation's n-gram pool (deleted, or its history was edited)."""
@@ -57,12 +60,13 @@ class ModelWorker(QObject):
 
     def shutdown(self, timeout: float = 1.5) -> bool:
         """Cancel everything, stop the thread; True if it ended within ``timeout`` seconds."""
-        return self.thread.shutdown(timeout)
+        remote_done = self.remote.shutdown(timeout / 2)
+        return self.thread.shutdown(timeout) and remote_done
 
     @property
     def outstanding(self) -> int:
         """Loads and step jobs queued or running: 0 when the worker is idle and nothing is left behind."""
-        return self.thread.outstanding
+        return self.thread.outstanding + self.remote.outstanding
 
     @property
     def running(self) -> bool:

@@ -61,8 +61,9 @@ class LiveAnswer:
         return self.figures.new_tokens / elapsed if elapsed > 0 else 0.0
 
     def context(self) -> tuple[int, int] | None:
-        """(Tokens of the context in use, the model's context length), once the prompt is built."""
-        if self.start is None or self.figures is None:
+        """(Tokens of the context in use, the model's context length), once the prompt is built (a remote
+        model's context is not known: None)."""
+        if self.start is None or self.figures is None or not self.start.context_length:
             return None
         return self.start.prompt_tokens + self.figures.new_tokens, self.start.context_length
 
@@ -339,7 +340,15 @@ class ChatController(QObject):
             sampling=settings.sampling,
         )
         self.live.job_id = self.worker.generate(
-            AnswerRequest(tuple(messages), settings.mode, settings.lookahead, settings.sampling, self.current_id, token)
+            AnswerRequest(
+                tuple(messages),
+                settings.mode,
+                settings.lookahead,
+                settings.sampling,
+                self.current_id,
+                token,
+                settings.remote.source(),
+            )
         )
         widget = self._live_widget()
         if widget is not None:

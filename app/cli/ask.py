@@ -7,7 +7,7 @@ import sys
 import threading
 from dataclasses import replace
 
-from app.cli.loading import load_from_args
+from app.cli.loading import command_settings, load_from_args
 from app.cli.output import end_progress_line, one_line_errors, progress_printer
 from core.chat.answer import prompt_budget
 from core.chat.prompt import Message
@@ -15,6 +15,7 @@ from core.engine.answer_job import AnswerFigures, AnswerJob, AnswerOutcome, Answ
 from core.engine.background import BackgroundCalibration, Upgrade
 from core.engine.ready import ReadyModel, make_ready
 from core.paths import AppPaths
+from core.remote import RemoteError, RemoteSource
 from core.settings import Settings
 
 FINISHING = "Auto measures this machine once, after this answer (Ctrl+C stops it; the next start goes on from there)"
@@ -74,6 +75,8 @@ def _finish(background: BackgroundCalibration, reports: _Background, ready: Read
 
 @one_line_errors
 def run(args: argparse.Namespace, paths: AppPaths) -> int:
+    if args.remote:
+        return _ask_remote(args, paths)
     settings, loaded = load_from_args(args, paths)
     max_new = args.max_new_tokens if args.max_new_tokens is not None else settings.sampling.max_new_tokens
     prompt_budget(loaded.context_length, max_new)  # before anything else: the prompt may not fit
@@ -132,4 +135,37 @@ def _answer(
         end_progress_line()
         print("\nstopped.", file=sys.stderr)
         return 130
+    return 0
+
+
+def _ask_remote(args: argparse.Namespace, paths: AppPaths) -> int:
+    """The answer from the server ``--remote`` names, through the same answer job (no local model loads)."""
+    if not args.model:
+        raise RemoteError(f"Give the remote model with --model ID (`lookahead-chat models --remote {args.remote}`).")
+    settings = command_settings(paths)
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else settings.sampling.max_new_tokens
+    system = (Message("system", settings.system_prompt),) if settings.system_prompt else ()
+    request = AnswerRequest(
+        (*system, Message("user", args.prompt)),
+        "plain",
+        settings.lookahead,
+        replace(settings.sampling, max_new_tokens=max_new),
+        remote=RemoteSource(args.remote, args.model, args.api_key_env or ""),
+    )
+    printer = _Printer()
+    try:
+        AnswerJob(request, printer).steps_job().run(None)
+    except KeyboardInterrupt:
+        print("\nstopped.", file=sys.stderr)
+        return 130
+    outcome = printer.outcome
+    if outcome is not None and outcome.figures is not None:  # an answer was started
+        sys.stdout.write("\n")
+        sys.stdout.flush()  # before stderr's lines, as above
+    if outcome is None or outcome.failure is not None:
+        print(f"error: {outcome.error if outcome is not None else 'the answer did not end'}", file=sys.stderr)
+        return 1
+    if args.stats and outcome.figures is not None:
+        f = outcome.figures
+        print(f"{f.new_tokens} tokens, {f.tokens_per_second:.1f} tok/s ({f.mode})", file=sys.stderr)
     return 0

@@ -103,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     ask.add_argument("--max-new-tokens", type=_new_tokens, help="answer length limit (default: from settings)")
     ask.add_argument("--stats", action="store_true", help="print tokens/s and tokens per step to stderr")
+    _remote_arguments(ask, "answer on the OpenAI-compatible server at URL (then --model is its model id)")
 
     serve = sub.add_parser("serve", help="serve an OpenAI-compatible API on 127.0.0.1 (no window)")
     _model_arguments(serve)
@@ -117,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
         "--max-tokens", type=_new_tokens, help="the most tokens one request may ask for (default: from settings)"
     )
 
-    sub.add_parser("models", help="list known models")
+    models = sub.add_parser("models", help="list known models (or a remote server's)")
+    _remote_arguments(models, "list the models of the OpenAI-compatible server at URL")
     sub.add_parser("fetch-default", help="download and convert the embedded default model")
 
     bench = sub.add_parser("bench", help="benchmark plain and lookahead decoding")
@@ -204,6 +206,15 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"))
     parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"))
     parser.add_argument("--quantization", choices=("auto", "none", "8bit", "4bit"))
+
+
+def _remote_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--remote", metavar="URL", help=f"{what}, e.g. http://gpu-box:8000/v1")
+    parser.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="the environment variable holding the remote server's API key (default: the credential store's)",
+    )
 
 
 def _new_tokens(text: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from core.models.device import DTYPE_BY_NAME
 from core.models.options import QUANTIZATIONS, source_from_spec
 from core.models.registry import ModelRegistry
 from core.paths import AppPaths
+from core.remote import RemoteTarget, base_url, list_models, resolve_key
 
 
 @one_line_errors
@@ -30,6 +32,11 @@ def fetch_default(args: argparse.Namespace, paths: AppPaths) -> int:
 
 @one_line_errors
 def models(args: argparse.Namespace, paths: AppPaths) -> int:
+    if args.remote:
+        url = base_url(args.remote)
+        for model in asyncio.run(list_models(RemoteTarget(url, resolve_key(url, args.api_key_env or "")))):
+            print(model)
+        return 0
     for known in ModelRegistry(paths).known():
         state = "ready" if known.available else "not downloaded"
         where = known.source.location or "embedded default"

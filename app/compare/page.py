@@ -8,6 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QHBoxLayout,
@@ -38,6 +39,7 @@ from app.compare.summary_strip import ERROR_COLOR, SummaryStrip
 from app.settings.live import LiveSettings
 from core.compare import LOOKAHEAD, PLAIN, Comparison, RunDone, RunStarted, RunStep, summarize
 from core.compare.export import export_csv, export_json
+from core.compare.remote_run import LOCAL, REMOTE, local_remote_summary
 from core.compare.store import ComparisonStore
 from core.engine.jobs import JobFailure
 from core.paths import AppPaths
@@ -98,6 +100,11 @@ class ComparePage(QWidget):
         self.compare_button = QPushButton("Compare")
         self.compare_button.setDefault(True)
         self.compare_button.clicked.connect(self.start)
+        self.against_remote = QCheckBox("Local against remote (the remote source of Settings, Model)")
+        self.against_remote.setToolTip(
+            "Answer the prompt with the local model (in the toolbar's mode), then with the remote source of "
+            "Settings, Model, and show both rates"
+        )
         self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self.stop)
         self.history = QComboBox()
@@ -152,6 +159,9 @@ class ComparePage(QWidget):
 
         layout = QVBoxLayout(self)
         layout.addWidget(self.prompt)
+        layout.addWidget(
+            self.against_remote
+        )  # a line of its own: the controls' row is as wide as a 1366 px screen allows
         layout.addLayout(controls)
         layout.addWidget(self.status)
         layout.addWidget(self.summary)
@@ -182,10 +192,24 @@ class ComparePage(QWidget):
         self.summary.clear()
         self.timeline.set_series([])
         self.histogram.set_counts({})
+        if self.against_remote.isChecked():
+            self._start_remote(prompt)
+            return
+        self.plain_pane.set_title("Plain")
         self._show_status("Warming up\u2026")
         self.runner.compare(
             prompt, self.settings.current, self.max_tokens.value(), self.repeats.value(), self.conversation_id
         )
+
+    def _start_remote(self, prompt: str) -> None:
+        remote = self.settings.current.remote.source()
+        if remote is None:
+            self._show_status("Turn on a remote source first: Settings, Model, Remote.", error=True)
+            return
+        self.plain_pane.set_title(f"Local ({self.settings.current.mode})")
+        self.lookahead_pane.set_title(f"Remote: {remote.model} at {remote.host}")
+        self._show_status("Answering locally, then remotely\u2026")
+        self.runner.compare_remote(prompt, self.settings.current, self.max_tokens.value())
 
     def stop(self) -> None:
         """Stop the comparison or suite run (within one decoding step; at once if it has not begun)."""
@@ -208,7 +232,7 @@ class ComparePage(QWidget):
     # --- runner events --------------------------------------------------------------------------
 
     def _pane(self, mode: str) -> RunPane:
-        return self.plain_pane if mode == PLAIN else self.lookahead_pane
+        return self.plain_pane if mode in (PLAIN, LOCAL) else self.lookahead_pane
 
     def _on_events(self, events: list[object]) -> None:
         for event in events:
@@ -217,7 +241,7 @@ class ComparePage(QWidget):
                 total = self.repeats.value()
                 note = f"repeat {event.repeat + 1}/{total} \u00b7 running" if total > 1 else "running"
                 self._pane(event.mode).begin(note)
-                color = PLAIN_COLOR if event.mode == PLAIN else LOOKAHEAD_COLOR
+                color = PLAIN_COLOR if event.mode in (PLAIN, LOCAL) else LOOKAHEAD_COLOR
                 self.timeline.start_line(event.mode, event.mode, color)
                 self._show_status(f"Repeat {event.repeat + 1} of {total}: {event.mode}\u2026")
             elif isinstance(event, RunStep):
@@ -234,6 +258,9 @@ class ComparePage(QWidget):
                     self.histogram.set_counts(stats.accepted_histogram)
 
     def _on_compared(self, comparison: Comparison) -> None:
+        if comparison.runs_of(LOCAL) or comparison.runs_of(REMOTE):
+            self._show_status(("Stopped. " if comparison.cancelled else "") + local_remote_summary(comparison))
+            return
         self.show_comparison(comparison)
         if comparison.pairs():
             try:

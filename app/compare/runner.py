@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.bridge.signals import JobSignals
 from core.compare import CompareRequest, ComparisonRun, RunStep
+from core.compare.remote_run import LocalRemoteRun
 from core.compare.suites import run_suites
 from core.engine.jobs import StepsJob
 from core.engine.plan import decoding_plan
@@ -52,7 +53,7 @@ class _Job(QObject):
         self.signals = JobSignals(self)
         self.cancel = CancelToken()
         self.started = threading.Event()  # set on the model thread when it builds the job
-        self.run: ComparisonRun | None = None  # set on the model thread, read after its signals
+        self.run: ComparisonRun | LocalRemoteRun | None = None  # set on the model thread, read after its signals
         self.signals.yielded.connect(self._yielded)
         self.signals.errored.connect(runner.failed)
         self.signals.finished.connect(self._finished)
@@ -121,6 +122,20 @@ class CompareRunner(QObject):
             )
             job.run = ComparisonRun(loaded, request, job.cancel, warm_up=id(loaded.model) not in self._warmed)
             self._warmed.add(id(loaded.model))
+            return job.run
+
+        self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The comparison", urgent=_not_a_step))
+
+    def compare_remote(self, prompt: str, settings: Settings, max_new_tokens: int) -> None:
+        """Answer ``prompt`` with the local model, then with the remote source the settings name."""
+        remote = settings.remote.source()
+        if remote is None:
+            raise ValueError("No remote source is on: set one in Settings, Model, Remote.")
+        job = self._start()
+
+        def build(ready: ReadyModel) -> LocalRemoteRun:
+            job.started.set()
+            job.run = LocalRemoteRun(ready, remote, settings, prompt, max_new_tokens, job.cancel)
             return job.run
 
         self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The comparison", urgent=_not_a_step))

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.settings.download import HubDownload
+from app.settings.remote_panel import RemotePanel
 from core.models.options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions, ModelSource
 from core.models.registry import ModelRegistry
 from core.paths import AppPaths
@@ -134,6 +135,8 @@ class SettingsDialog(QDialog):
                 "'auto' picks the measured best for the device; CUDA quantization needs bitsandbytes.", enabled=False
             ),
         )
+        self.remote = RemotePanel(settings.remote)
+        form.addRow(self.remote)
         self.source_kind.currentIndexChanged.connect(self._source_kind_changed)
         self._set_download_visible(False)
         self._source_kind_changed()
@@ -269,6 +272,7 @@ class SettingsDialog(QDialog):
             system_prompt=self.system_prompt.toPlainText().strip(),
             theme=self.theme.currentData(),
             server=server,
+            remote=self.remote.result(),
         )
 
     def accept(self) -> None:

@@ -38,6 +38,7 @@ from app.server.control import ServerControl
 from app.server.indicator import ServerIndicator
 from app.settings.dialog import SettingsDialog
 from app.settings.live import LiveSettings
+from app.settings.remote_panel import keep_key
 from app.toolbar.mode_controls import ModeControls
 from app.toolbar.preset_controls import PresetControls
 from app.window.dialogs import AboutDialog, HelpDialog
@@ -258,6 +259,7 @@ class MainWindow(QMainWindow):
         self.model_button.setText(f"loading {settings.source.display_name}…")
         self.figures.set_model(None)
         self.figures.background_done("")
+        self._show_source()
         self.figures.set_state("loading model")
         self.load_panel.show_progress(f"Loading {settings.source.display_name}", 0.0)
         self._load_token = self.worker.load(settings.source, settings.load)
@@ -278,26 +280,41 @@ class MainWindow(QMainWindow):
         self.model = info
         self._load_token = None
         self.load_panel.hide()
-        self.model_button.setText(f"{info.name} · {'GPU' if info.device_kind == 'cuda' else 'CPU'} · {info.precision}")
         self.figures.set_model(info)
+        self._show_source()
         if self.chat.busy:
             self._update_figures()  # an answer waited for the model: it starts now
         else:
             self.figures.set_state("ready")
         log.info("model %s ready on %s in %.1f s", info.name, info.device_label, info.load_seconds)
 
+    def _show_source(self) -> None:
+        """The toolbar's model button and the status bar's device: the remote answering, or the local model loaded."""
+        remote, info = self.settings.current.remote.source(), self.model
+        if remote is not None:
+            self.model_button.setText(f"remote: {remote.model} at {remote.host}")
+            self.figures.device.setText(f"answers from {remote.host}")
+            self.figures.auto.setText("")  # the local model's Auto and context do not apply
+            self.figures.context.setText("")
+        elif info is not None:
+            self.model_button.setText(
+                f"{info.name} · {'GPU' if info.device_kind == 'cuda' else 'CPU'} · {info.precision}"
+            )
+            self.figures.set_model(info)
+
     def _model_upgraded(self, info: ModelInfo, message: str) -> None:
         """The background work is done: the next answer runs the faster step, and the status bar says so."""
         if self.model is None:  # another load began meanwhile
             return
         self.model = info
-        self.model_button.setText(f"{info.name} · {'GPU' if info.device_kind == 'cuda' else 'CPU'} · {info.precision}")
         self.figures.set_model(info)
+        self._show_source()
         self.figures.background_done(message)
 
     def _load_failed(self, message: str) -> None:
         self._load_token = None
         self.model_button.setText("no model")
+        self._show_source()
         self.figures.set_state("no model")
         self.load_panel.show_failure(message)
 
@@ -308,7 +325,10 @@ class MainWindow(QMainWindow):
         if tab:
             dialog.show_tab(tab)
         if dialog.exec():
-            self.apply_settings(dialog.result_settings())
+            new = dialog.result_settings()
+            if dialog.remote.typed_key and new.remote.url:
+                keep_key(new.remote.url, dialog.remote.typed_key, self, self.notice.show_message)
+            self.apply_settings(new)
 
     def apply_settings(self, new: Settings) -> None:
         """Use and save new settings (the Settings dialog's) and show them in the toolbar's controls."""
@@ -322,6 +342,8 @@ class MainWindow(QMainWindow):
         system prompt (the default may have changed). The server follows the settings itself."""
         if (old.source, old.load) != (new.source, new.load):
             self.load_model()
+        if old.remote != new.remote:
+            self._show_source()
         if old.theme != new.theme:
             self.apply_theme()
         self._show_system_prompt()
@@ -440,7 +462,7 @@ class MainWindow(QMainWindow):
 
     def _answer_done(self, outcome: AnswerOutcome) -> None:
         self.last_outcome = outcome
-        if self.model is not None and outcome.device_label:
+        if self.model is not None and outcome.device_label and not outcome.remote:
             self.figures.set_device_label(outcome.device_label, self.model.device_kind, self.model.precision)
         self._update_figures()
 
@@ -451,11 +473,12 @@ class MainWindow(QMainWindow):
             self.figures.show_live(
                 live.start is not None,
                 live.live_rate() if figures else None,
-                figures.tokens_per_step if figures else None,
+                figures.tokens_per_step if figures and not figures.remote else None,
                 live.context(),
             )
         elif self.last_outcome is not None and self.last_outcome.figures is not None:
-            self.figures.show_final(self.last_outcome.figures, self.model)
+            last = self.last_outcome
+            self.figures.show_final(last.figures, None if last.remote else self.model)
         elif self.model is not None:
             self.figures.set_state("ready")
 

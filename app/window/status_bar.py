@@ -101,6 +101,6 @@ class FiguresBar(QStatusBar):
     def show_final(self, figures: AnswerFigures, model: ModelInfo | None) -> None:
         """The last answer's final figures, kept until the next one starts."""
         self.set_state(f"last answer ({figures.mode})")
-        self.set_rate(figures.tokens_per_second, figures.tokens_per_step)
+        self.set_rate(figures.tokens_per_second, None if figures.remote else figures.tokens_per_step)
         if model is not None:
             self.set_context(figures.prompt_tokens + figures.new_tokens, model.context_length)

@@ -18,9 +18,11 @@ from core.chat.prompt import Message
 from core.engine.jobs import JobFailure, StepsJob
 from core.engine.plan import DecodingPlan, decoding_plan
 from core.engine.ready import ReadyModel
+from core.engine.remote_answer import RemoteAnswer
 from core.lookahead.stats import DecodeStats
 from core.models.device import describe_device
 from core.progress import CancelToken
+from core.remote import RemoteSource
 from core.settings import LookaheadSettings, SamplingSettings
 
 
@@ -33,6 +35,7 @@ class AnswerRequest:
             continue without the chat template (a text completion).
         mode: ``auto``, ``plain`` or ``lookahead``.
         conversation_id: the conversation whose n-gram pool the answer uses and grows (``None``: a pool of its own).
+        remote: a remote engine to answer instead of the local model (then mode and lookahead are unused).
     """
 
     messages: tuple[Message, ...] | str
@@ -41,6 +44,7 @@ class AnswerRequest:
     sampling: SamplingSettings
     conversation_id: object | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
+    remote: RemoteSource | None = None
 
 
 @dataclass(frozen=True)
@@ -91,8 +95,15 @@ class AnswerFigures:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def remote(self) -> bool:
+        """A remote engine answered: its "steps" are the chunks it streamed, so no tokens/step is shown."""
+        return self.mode.startswith("remote ")
+
     def summary(self) -> str:
         """The line under an answer: ``38.2 tok/s · 1.9 tokens/step · lookahead W7 N5 G7 · 212 tokens``."""
+        if self.remote:
+            return f"{self.tokens_per_second:.1f} tok/s · {self.mode} · {self.new_tokens} tokens"
         return (
             f"{self.tokens_per_second:.1f} tok/s · {self.tokens_per_step:.2f} tokens/step · "
             f"{self.mode} · {self.new_tokens} tokens"
@@ -115,6 +126,11 @@ class AnswerOutcome:
     failure: JobFailure | None = None
     device_label: str | None = None
     rejected: bool = False
+
+    @property
+    def remote(self) -> bool:
+        """A remote engine answered (its device label is ``remote host:port``)."""
+        return (self.device_label or "").startswith("remote ")
 
     @property
     def error(self) -> str | None:
@@ -140,14 +156,27 @@ class AnswerJob:
 
     def __init__(self, request: AnswerRequest, listener: AnswerListener) -> None:
         self.request, self.listener = request, listener
-        self.answer: Answer | None = None
+        self.answer: Answer | RemoteAnswer | None = None
         self._ready: ReadyModel | None = None
         self._plan: DecodingPlan | None = None
         self._mode = request.mode
         self._rejected = False
 
     def steps_job(self) -> StepsJob[AnswerDelta]:
+        if self.request.remote is not None:  # no local model: it must not wait for one to load
+            return StepsJob(self.build_remote, self, self.request.cancel, "The answer", needs_model=False)
         return StepsJob(self.build, self, self.request.cancel, "The answer")
+
+    def build_remote(self, _ready: object) -> RemoteAnswer:
+        """The remote answer's step iterator (on the job's thread): the request, and the key read there."""
+        request = self.request
+        assert request.remote is not None
+        if isinstance(request.messages, str):
+            raise ValueError("A remote source answers chats only: send the text as a chat message.")
+        answer = RemoteAnswer(request.remote, list(request.messages), request.sampling, request.cancel)
+        self.answer, self._mode = answer, answer.stats.mode
+        self.listener.started(AnswerStart(self._mode, 0, 0, 0))
+        return answer
 
     def build(self, ready: ReadyModel) -> Answer:
         """The answer's step iterator (model thread): its plan, prompt, sampling and pool."""
@@ -188,6 +217,8 @@ class AnswerJob:
     # --- the job's listener (core.engine.jobs.JobListener) ---------------------------------------
 
     def yielded(self, deltas: list[AnswerDelta]) -> None:
+        if isinstance(self.answer, RemoteAnswer):
+            self._mode = self.answer.stats.mode  # the server's usage and lookahead figures name what ran
         self.listener.delta("".join(d.text for d in deltas), AnswerFigures.from_stats(self._mode, deltas[-1].stats))
 
     def errored(self, failure: JobFailure) -> None:
@@ -209,7 +240,11 @@ class AnswerJob:
             if answer.stats.setting_tokens:  # the record says which settings ran, for how many tokens
                 self._mode = f"auto: {answer.stats.settings_summary}"
             ready.auto.save_learned()
+        if isinstance(answer, RemoteAnswer):
+            self._mode = answer.stats.mode
         figures = AnswerFigures.from_stats(self._mode, answer.stats) if answer is not None else None
         device = describe_device(ready.loaded.device).label if ready is not None else None
+        if self.request.remote is not None:
+            device = f"remote {self.request.remote.host}"
         text = answer.text if answer is not None else ""
         self.listener.ended(AnswerOutcome(text, reason, figures, failure, device, self._rejected))

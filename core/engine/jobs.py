@@ -121,7 +121,9 @@ class Throttle(Generic[T]):
 class StepsJob(Generic[T]):
     """Model work as a model thread takes it: ``build(ready model)`` gives the step iterator, run on that thread.
 
-    ``urgent`` marks steps that may not wait for the throttle; ``what`` names the job in messages.
+    ``urgent`` marks steps that may not wait for the throttle; ``what`` names the job in messages;
+    ``needs_model`` False: a job that runs without the local model (a remote answer), so it need not
+    wait behind a load on the model thread.
     """
 
     build: Callable[[Any], Iterable[T]]
@@ -129,13 +131,14 @@ class StepsJob(Generic[T]):
     cancel: CancelToken
     what: str = "The job"
     urgent: Callable[[T], bool] = _never
+    needs_model: bool = True
 
     def run(self, ready: Any) -> str:
         """Run with ``ready`` (a :class:`~core.engine.ready.ReadyModel`; None when no model is loaded: the job
         fails with advice); see :func:`run_steps`."""
 
         def steps() -> Iterable[T]:
-            if ready is None:
+            if ready is None and self.needs_model:
                 raise JobInputError(NO_MODEL)
             return self.build(ready)
 
