@@ -99,7 +99,20 @@ def tiny_model_folder(tmp_path_factory: pytest.TempPathFactory, default_model_fo
         src = default_model_folder / name
         if src.exists():
             shutil.copy(src, folder / name)
+    _compile_step_packages(folder, tmp_path_factory.mktemp("tiny-packages"))
     return folder
+
+
+def _compile_step_packages(folder: Path, home: Path) -> None:
+    """Compile the step packages of every variant Auto compares for the model in ``folder`` into the
+    session's cache, side by side, as the app's background work does at a first start. Else every test
+    that loads it starts that work again in children, and stops it unfinished when its window closes."""
+    from core.engine.background import variant_makers
+    from core.models import LoadOptions, ModelSource, load_model
+    from core.runtime.compiled.parallel import compile_in_parallel
+
+    loaded = load_model(ModelSource("folder", str(folder)), LoadOptions(device="cpu"), AppPaths(home, home, home))
+    compile_in_parallel([make() for make in variant_makers(loaded)])
 
 
 @pytest.fixture

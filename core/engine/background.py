@@ -185,7 +185,7 @@ class BackgroundCalibration:
             return
         set_compile_cache(self.paths.cache_dir)
         jobs: dict[Path, CompileJob] = {}
-        for make in _variant_makers(shadow):
+        for make in variant_makers(shadow):
             if self.gate.stopped:
                 raise Cancelled
             model = make()
@@ -276,7 +276,7 @@ def _one_layer(model: Any) -> Any:
     return copied
 
 
-def _variant_makers(loaded: LoadedModel) -> list[Callable[[], Any]]:
+def variant_makers(loaded: LoadedModel) -> list[Callable[[], Any]]:
     """The variants ``core.autotune.prepare`` compares for ``loaded`` (as loaded, bf16, int8), as one-layer copies."""
     model = loaded.model
     makers: list[Callable[[], Any]] = [lambda: _one_layer(model)]
