@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -136,12 +137,26 @@ def child_main(argv: Sequence[str]) -> int:
     priority (its compiler processes inherit it); the exit code says whether it did."""
     if os.name == "posix":
         os.nice(19)  # Windows: the parent started it in the idle priority class
+        _end_with_parent()
     if len(argv) == 3 and argv[1] == DELAY_OPTION:
         time.sleep(float(argv[2]))
     job: CompileJob = torch.load(argv[0], weights_only=False)  # written by this app's parent process just before
     torch.set_num_threads(job.spec.threads)  # inductor's kernels are compiled for the parent's thread count
     compile_package(job)
     return 0
+
+
+def _end_with_parent(poll_s: float = 0.5) -> None:
+    """Stop this child and its compilers when the parent is gone (killed outright, so it could not stop
+    them): a child is the leader of its own process group, which outlives the parent otherwise."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -89,3 +89,39 @@ def test_the_app_command_line_runs_a_child(tmp_path, monkeypatch) -> None:
     torch.save(job, tmp_path / "job.pt")
     assert main([CHILD_COMMAND, str(tmp_path / "job.pt")]) == 0
     assert job.path.is_file()
+
+
+def test_a_child_whose_parent_is_killed_outright_stops(tmp_path) -> None:
+    """Nothing is left running when the app is killed (it cannot stop its children then)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    if os.name != "posix":
+        pytest.skip("process groups: POSIX")
+    parent_code = (
+        "import pathlib, sys, time\n"
+        "from tests.conftest import make_model, tiny_llama_config\n"
+        "from core.runtime.compiled.package import compile_job\n"
+        "from core.runtime.compiled.parallel import start_child\n"
+        "job = compile_job(make_model(tiny_llama_config(96), seed=14), rows=True)\n"
+        "child, _ = start_child(job, pathlib.Path(sys.argv[1]) / 'job', 300)  # waits 300 s, then compiles\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    time.sleep(3)  # the child is up and watching
+    os.kill(child, 0)  # alive while its parent is
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the compiling child outlived its killed parent")
