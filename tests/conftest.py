@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,10 @@ import torch
 from core.models.default_model import default_model_dir, is_default_model_ready
 from core.paths import AppPaths
 from tests.remote_serve import Serve, start_serve
+
+# inductor's C++ builder imports setuptools; once a test has imported the standard library's distutils,
+# setuptools' own distutils shim then fails an assertion (compiling failed in a fresh clone's run)
+os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 
 TINY_VOCAB = 49152  # the default model's tokenizer, so tiny models can chat in real text
 
