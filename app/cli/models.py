@@ -10,7 +10,7 @@ from pathlib import Path
 from app.cli.loading import command_settings, load_named_model
 from app.cli.output import one_line_errors, progress_printer
 from core.bench.export import export_model as write_export
-from core.bench.perplexity import perplexity, quality_text_path
+from core.bench.perplexity import perplexity, quality_text_path, step_perplexity
 from core.models import LoadOptions, ModelSource, load_model
 from core.models.default_model import fetch_default_model, is_default_model_ready
 from core.models.device import DTYPE_BY_NAME
@@ -18,6 +18,8 @@ from core.models.options import QUANTIZATIONS, source_from_spec
 from core.models.registry import ModelRegistry
 from core.paths import AppPaths
 from core.remote import RemoteTarget, base_url, list_models, resolve_key
+from core.runtime.compiled.step import CompiledStep, compile_step
+from core.runtime.prepared import PreparedModel
 
 
 @one_line_errors
@@ -104,7 +106,13 @@ def quality(args: argparse.Namespace, paths: AppPaths) -> int:
         value = perplexity(loaded.model, ids)
         if index == 0:  # once a model loaded: a model that cannot load leaves only its error
             print("| quantization | dtype | perplexity |\n|---|---|---:|")
-        print(f"| {quantization} | {str(loaded.dtype).removeprefix('torch.')} | {value:.3f} |")
+        dtype = str(loaded.dtype).removeprefix("torch.")
+        print(f"| {quantization} | {dtype} | {value:.3f} |")
+        compiled = compile_step(loaded.model) if quantization == "8bit" and loaded.device.type == "cpu" else None
+        if isinstance(compiled, CompiledStep) and compiled.one_token is not None:
+            stepped = step_perplexity(PreparedModel(loaded.model, compiled), ids)
+            activations = "int8 activations" if compiled.one_token.spec.integer_activations else "weight-only"
+            print(f"| {quantization}, compiled steps ({activations}) | {dtype} | {stepped:.3f} |")
     print(
         f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})",
         file=sys.stderr,

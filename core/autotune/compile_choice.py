@@ -4,7 +4,8 @@ everywhere, so each compiled layer is kept only for the steps where it measures 
 Two steps are measured, alternating over the same cached context so that machine noise hits all
 alike: a 1-token step (eager, the 1-token layer, the rows layer) and a wider one, lookahead's
 (eager, the rows layer). The rows layer may also win the 1-token step (where both layers' products
-go through the same kernel, say); then it runs every step and the 1-token layer is dropped.
+go through the same kernel, say); then it runs every step and the 1-token layer is dropped. Where
+the rows layer is the only one (int8 weights through our integer kernel), it runs every step or none.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def choose_compiled_step(
         return None
     one_token, rows = compiled.only(one_token=True, rows=False), compiled.only(one_token=False, rows=True)
     candidates = {"eager": None, "1-token layer": one_token, "rows layer": rows}
+    if one_token is None:  # the rows layer alone, for every step (see RowsLayer)
+        del candidates["1-token layer"]
     one = _median_seconds(model, candidates, 1, cancelled, rounds)
     wide = _median_seconds(model, {"eager": None, "rows layer": rows}, WIDE_STEP, cancelled, rounds)
     log.info(
@@ -59,8 +62,14 @@ def choose_compiled_step(
         ", ".join(f"{name} {1000 * s:.1f} ms" for name, s in wide.items()),
     )
     keep_rows = wide["rows layer"] * COMPILED_MARGIN <= wide["eager"]
-    if keep_rows:  # 1-token steps run the faster compiled layer (where the 1-token one is dropped, the rows one)
-        keep_one = one["1-token layer"] < one["rows layer"]
+    if one_token is None:  # all steps or none: its tokens are exact only where it runs them all
+        keep_rows = keep_rows or one["rows layer"] * COMPILED_MARGIN <= one["eager"]
+        keep_one = False
+    elif keep_rows:  # 1-token steps run the faster compiled layer (where the 1-token one is dropped, the rows one)
+        # the rows layer with our integer kernel gives exact lookahead where it runs every step: it
+        # keeps 1-token steps unless the 1-token layer is clearly faster
+        margin = COMPILED_MARGIN if compiled.rows is not None and compiled.rows.spec.integer_activations else 1.0
+        keep_one = one["1-token layer"] * margin < one["rows layer"]
     else:
         keep_one = one["1-token layer"] * COMPILED_MARGIN <= one["eager"]
     kept = compiled.only(one_token=keep_one, rows=keep_rows)

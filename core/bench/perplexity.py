@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from core.paths import resource_path
+from core.runtime.prepared import PreparedModel
 
 
 def quality_text_path() -> Path:
@@ -33,4 +34,21 @@ def perplexity(model: Any, token_ids: list[int], window: int = 512) -> float:
             losses = torch.nn.functional.cross_entropy(logits[0], chunk[0, 1:], reduction="sum")
             total += float(losses)
             count += chunk.shape[1] - 1
+    return math.exp(total / count)
+
+
+def step_perplexity(model: PreparedModel, token_ids: list[int], window: int = 512) -> float:
+    """:func:`perplexity` as decoding computes it: one token a step through the model's steps (its
+    compiled layers where it has them, whose int8 products quantize the activations too)."""
+    if len(token_ids) < 2:
+        raise ValueError("Perplexity needs at least two tokens of text.")
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for start in range(0, len(token_ids) - 1, window):
+            chunk = token_ids[start : start + window + 1]
+            step = model.step(len(chunk), lookahead=False)
+            for position, (token, following) in enumerate(zip(chunk, chunk[1:])):
+                logits = step.forward(torch.tensor([token]), torch.tensor([position]), 1).float()
+                total += float(torch.nn.functional.cross_entropy(logits, torch.tensor([following]), reduction="sum"))
+            count += len(chunk) - 1
     return math.exp(total / count)

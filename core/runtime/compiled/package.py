@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from core.runtime.compiled import int8_mm
 from core.runtime.compiled.layer import HEAD_STAND_IN_ROWS, DecoderLayer, LayerSpec, layer_spec
 from core.runtime.compiled.rows_layer import MAX_ROWS, RowsLayer
 from core.runtime.weights.fused import fuse_projections, head_weights, layer_weights
@@ -50,10 +51,14 @@ class CompileJob:
     path: Path
 
 
-def compile_jobs(model: Any) -> tuple[CompileJob, CompileJob]:
+def compile_jobs(model: Any) -> tuple[CompileJob, ...]:
     """The compile jobs of a model :func:`~core.runtime.compiled.step.why_not_compilable` accepts (its
-    projections joined first): its 1-token layer and its layer over any number of new tokens."""
-    return compile_job(model, rows=False), compile_job(model, rows=True)
+    projections joined first): its 1-token layer and its layer over any number of new tokens; only the
+    latter where it runs every step (int8 weights through our integer kernel, see ``RowsLayer``, unless
+    512-bit vectors give the 1-token layer fused int8 reductions that may measure faster)."""
+    rows = compile_job(model, rows=True)
+    alone = rows.spec.integer_activations and not rows.spec.fp32_products
+    return (rows,) if alone else (compile_job(model, rows=False), rows)
 
 
 def compile_job(model: Any, *, rows: bool) -> CompileJob:
@@ -88,7 +93,8 @@ def package_dir() -> Path:
 
 def _runner(path: Path) -> LayerRunner:
     """A package's compiled code, called directly: its Python ``__call__`` reads the call's tree spec
-    again on every call (25 us a layer here, 0.75 ms a step for 30 layers)."""
+    again on every call (25 us a layer here, 0.75 ms a step for 30 layers). The operators it calls
+    must be loaded first (:func:`load_operators`)."""
     with _quiet_torch():
         return torch._inductor.aoti_load_package(str(path)).loader.run
 
@@ -104,8 +110,18 @@ def _quiet_torch() -> Iterator[None]:
         yield
 
 
-def load_package(path: Path) -> LayerRunner | None:
-    """A stored package, or ``None`` (and the file removed) where it does not load."""
+def load_operators(spec: LayerSpec) -> None:
+    """Load the operators of our own that a layer of ``spec`` calls (building them where they are not
+    built yet); raises where they cannot be built."""
+    if spec.integer_activations:
+        with vector_isa_from_flags():
+            int8_mm.load()
+
+
+def load_package(job: CompileJob) -> LayerRunner | None:
+    """A job's stored package, or ``None`` (and the file removed) where it does not load."""
+    load_operators(job.spec)
+    path = job.path
     try:
         return _runner(path)
     except Exception as err:  # a truncated or foreign file: compile it again
@@ -140,6 +156,7 @@ def compile_package(job: CompileJob) -> LayerRunner:
         # No precompiled headers: building them (two, 140 MB each, in the system's temporary folder)
         # made a first start 7 s longer, and they save a later compile less (packages are kept).
         options = {"compile_threads": 1, "realize_acc_reads_threshold": 2, "aot_inductor.precompile_headers": False}
+        load_operators(job.spec)
         with torch.no_grad(), vector_isa_from_flags(), inductor_config.patch(options):
             layer = RowsLayer(job.spec) if rows else DecoderLayer(job.spec)
             program = torch.export.export(layer, inputs, dynamic_shapes=shapes)

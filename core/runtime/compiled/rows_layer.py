@@ -28,9 +28,13 @@ class RowsLayer(nn.Module):
     weights are inputs. Every layer but the last passes a stand-in head (see
     :class:`~core.runtime.compiled.layer.DecoderLayer`) and one row to keep.
 
-    Norms, rotary embedding and residuals are computed in fp32, as in the 1-token layer; the products
-    read their input in the weights' dtype (the model's for int8 weights), attention reads the cache in
-    its own dtype."""
+    Norms, rotary embedding and residuals are computed in fp32, as in the 1-token layer. With int8
+    weights on a processor that runs our integer kernel (``spec.integer_activations``) this layer runs
+    1-token steps too: its products give a row the same bits whichever rows share the step, and
+    attention is a reduction per row over the cache (as in the 1-token layer), so every token of a
+    lookahead step gets exactly the logits a 1-token step would give it, and greedy lookahead equals
+    plain greedy decoding bit for bit. Otherwise float products read their input in the weights' dtype,
+    int8 ones in the model's, and attention is torch's fused kernel, reading the cache in its dtype."""
 
     def __init__(self, spec: LayerSpec) -> None:
         super().__init__()
@@ -64,39 +68,59 @@ class RowsLayer(nn.Module):
         if joined:
             qkv, o, gate_up, down = projections
             sizes = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
-            query, key, value = _project(h, dtype, *qkv).split(sizes, dim=-1)
+            query, key, value = _project(spec, h, *qkv).split(sizes, dim=-1)
         else:
             q_proj, k_proj, v_proj, o, gate_proj, up_proj, down = projections
-            query, key, value = _project(h, dtype, *q_proj), _project(h, dtype, *k_proj), _project(h, dtype, *v_proj)
+            query, key, value = _project(spec, h, *q_proj), _project(spec, h, *k_proj), _project(spec, h, *v_proj)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         query = rotate(query.view(1, q, heads, head_dim).transpose(1, 2), cos, sin)
         key = rotate(key.view(1, q, kv_heads, head_dim).transpose(1, 2), cos, sin)
         keys[length - q :] = key[0].transpose(0, 1).to(keys.dtype)
         values[length - q :] = value.view(q, kv_heads, head_dim).to(values.dtype)
-        out = F.scaled_dot_product_attention(
-            query.to(keys.dtype),
-            keys.permute(1, 0, 2)[None],
-            values.permute(1, 0, 2)[None],
-            attn_mask=mask.to(keys.dtype)[None, None],
-            scale=head_dim**-0.5,
-            enable_gqa=heads > kv_heads,
-        )
-        x = x + _project(out.transpose(1, 2).reshape(1, q, heads * head_dim).float(), dtype, *o)
+        if spec.integer_activations:  # this layer runs every step: the 1-token layer's reductions, row by row
+            grouped = query.reshape(kv_heads, heads // kv_heads, q, 1, head_dim)
+            scores = (grouped * keys.permute(1, 0, 2)[:, None, None].float()).sum(-1) * head_dim**-0.5
+            weights = torch.softmax(scores + mask.float(), dim=-1)
+            out = (weights[..., None] * values.permute(1, 0, 2)[:, None, None].float()).sum(-2)
+            out = out.view(1, heads, q, head_dim)
+        else:
+            out = F.scaled_dot_product_attention(
+                query.to(keys.dtype),
+                keys.permute(1, 0, 2)[None],
+                values.permute(1, 0, 2)[None],
+                attn_mask=mask.to(keys.dtype)[None, None],
+                scale=head_dim**-0.5,
+                enable_gqa=heads > kv_heads,
+            )
+        x = x + _project(spec, out.transpose(1, 2).reshape(1, q, heads * head_dim).float(), *o)
         h = rms_norm(x, norm2, spec.eps)
         if joined:
-            gate, up = _project(h, dtype, *gate_up).chunk(2, dim=-1)
+            gate, up = _project(spec, h, *gate_up).chunk(2, dim=-1)
         else:
-            gate, up = _project(h, dtype, *gate_proj), _project(h, dtype, *up_proj)
-        x = (x + _project(F.silu(gate) * up, dtype, *down)).to(dtype)
+            gate, up = _project(spec, h, *gate_proj), _project(spec, h, *up_proj)
+        x = (x + _project(spec, F.silu(gate) * up, *down)).to(dtype)
         kept = rms_norm(x[0].index_select(0, rows), head_norm, spec.head_eps)
-        return x, _project(kept, dtype, head_weight, head_scales, head_bias).to(dtype)
+        return x, _project(spec, kept, head_weight, head_scales, head_bias).to(dtype)
+
+
+def int8_product(
+    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``x`` (fp32, any leading shape) times int8 weights through our integer kernel
+    (:mod:`~core.runtime.compiled.int8_mm`), in fp32."""
+    out = torch.ops.lookahead.int8_mm(x.reshape(-1, x.shape[-1]), weight, scales)
+    out = out.reshape(*x.shape[:-1], out.shape[-1])
+    return out if bias is None else out + bias
 
 
 def _project(
-    x: torch.Tensor, dtype: torch.dtype, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None
+    spec: LayerSpec, x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """``x`` (fp32, any leading shape) times the weight, in fp32, through a kernel that reuses each
-    loaded weight across rows; int8 weights read ``x`` in ``dtype`` (the model's: bf16 for the app's int8)."""
+    loaded weight across rows: int8 weights through our integer kernel where the spec says so, else
+    torch's, which reads ``x`` in the model's dtype (bf16 for the app's int8)."""
+    if scales is not None and weight.dtype == torch.int8 and spec.integer_activations:
+        return int8_product(x, weight, scales, bias)
     flat = x.reshape(-1, x.shape[-1])
     if weight.dtype == torch.uint8:  # int4, packed for the CPU kernel; scales and zeros [in / group, out, 2]
         assert scales is not None
@@ -105,7 +129,7 @@ def _project(
     elif scales is None:
         out = torch.mm(flat.to(weight.dtype), weight.t())
     else:  # int8, one scale per output channel
-        flat = flat.to(dtype)
-        out = torch._weight_int8pack_mm(flat, weight, scales.to(dtype))
+        flat = flat.to(spec.dtype)
+        out = torch._weight_int8pack_mm(flat, weight, scales.to(spec.dtype))
     out = out.float().reshape(*x.shape[:-1], out.shape[-1])
     return out if bias is None else out + bias

@@ -113,7 +113,7 @@ def compile_step(model: Any) -> CompiledStep | str:
     try:
         layers = []
         for job in compile_jobs(model):
-            run = (load_package(job.path) if job.path.exists() else None) or compile_package(job)
+            run = (load_package(job) if job.path.exists() else None) or compile_package(job)
             weights, head = layer_weights(model), head_weights(model)
             assert weights is not None and head is not None
             with torch.inference_mode():
@@ -123,7 +123,8 @@ def compile_step(model: Any) -> CompiledStep | str:
         log.warning("the decoding step stays eager: compiling it failed: %s", err)
         first_line = (str(err).strip().splitlines() or [""])[0][:200]
         return f"compiling failed: {type(err).__name__}: {first_line}"
-    return CompiledStep(*layers)
+    one_token = next((layer for layer in layers if not layer.spec.rows), None)
+    return CompiledStep(one_token, next(layer for layer in layers if layer.spec.rows))
 
 
 def head_stand_in(head: HeadWeights) -> HeadWeights:

@@ -11,6 +11,7 @@ from core.autotune import prepare as cal
 from core.autotune.store import CalibrationStore
 from core.models import LoadOptions, ModelSource, load_model
 from core.progress import CancelToken
+from core.runtime.compiled import int8_mm
 from core.runtime.weights.packed import layout_of
 
 
@@ -233,7 +234,8 @@ def test_packed_weights_join_the_side_by_side_compile_on_their_plain_copy(tmp_pa
     apply_layout(fp32, PACKED)  # what choose_layout keeps for fp32 here (a bigger model's bf16, elsewhere)
     with caplog.at_level(logging.INFO, logger="core.runtime.compiled.parallel"):
         variants = cal.prepare_variants({"fp32": fp32, "int8": int8}, None)
-    assert "4 step packages compiled side by side" in caplog.text  # each variant's 1-token and rows layers
+    # each variant's 1-token and rows layers (int8's rows layer alone where our integer kernel runs)
+    assert f"{3 if int8_mm.supported() else 4} step packages compiled side by side" in caplog.text
     compiled = variants.models["fp32"].compiled is not None
     assert layout_of(fp32) == (PACKED_ROWS if compiled else PACKED)  # the copy only with the step
 
@@ -337,8 +339,12 @@ def test_the_status_line_says_greedy_answers_may_vary_only_where_they_can(tiny_m
     assert cal.rounding_by_step_size(load(dtype="bf16")) == "bf16 weights"
     int8 = load(dtype="fp32", quantization="8bit")
     auto = cal.ensure_calibrated(int8, app_paths)
-    assert auto.rounding == "int8 weights"
-    if auto.calibration.arms() == [None]:  # Auto runs plain only: every greedy answer is the same
+    compiled = int8.prepared.compiled
+    # exact: the rows layer alone, through our integer kernel, runs every step
+    exact = compiled is not None and compiled.one_token is None and compiled.rows.spec.integer_activations
+    assert exact == (int8_mm.supported() and auto.calibration.compiled_rows)
+    assert auto.rounding == ("" if exact else "int8 weights")
+    if exact or auto.calibration.arms() == [None]:  # every greedy answer is the same
         assert auto.reason == auto.calibration.reason
     else:
         assert auto.reason == cal.auto_reason(auto.calibration, "int8 weights") != auto.calibration.reason

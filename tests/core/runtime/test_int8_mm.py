@@ -1,0 +1,67 @@
+"""Our int8 kernel (int8 weights x integer activations): the product it promises, and exactly the same
+for a row whichever rows share the call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.runtime.compiled import int8_mm
+
+pytestmark = pytest.mark.skipif(not int8_mm.supported(), reason="the kernel needs an x86-64 processor with AVX2")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel() -> None:
+    from core.runtime.compiled.package import vector_isa_from_flags
+
+    with vector_isa_from_flags():
+        int8_mm.load()
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The product the kernel promises, in float64: each row rounded to integers at its own scale
+    (amax / levels, levels as many as int16 and an int32 sum of int8 products allow)."""
+    levels = min(32767, (2**31 - 1) // (128 * x.shape[-1]))
+    amax = x.abs().amax(-1, keepdim=True)
+    quantized = torch.round(x * torch.where(amax > 0, levels / amax, 0))
+    return (quantized.double() @ weight.double().t()) * (amax.double() / levels) * scales.double()
+
+
+@pytest.mark.parametrize(
+    ("rows", "inputs", "outputs"), [(1, 576, 960), (5, 576, 7), (3, 100, 13), (17, 1536, 6), (2, 8, 5)]
+)
+def test_the_kernel_computes_the_quantized_product(rows: int, inputs: int, outputs: int) -> None:
+    """Any shape (inputs past a multiple of 16, outputs past a multiple of 4, odd row counts), the full int8 range."""
+    generator = torch.Generator().manual_seed(rows * inputs + outputs)
+    x = torch.randn(rows, inputs, generator=generator) * 3
+    weight = torch.randint(-128, 128, (outputs, inputs), dtype=torch.int8, generator=generator)
+    weight[0, 0] = -128
+    scales = torch.rand(outputs, generator=generator) / 100
+    out = torch.ops.lookahead.int8_mm(x, weight, scales)
+    expected = reference(x, weight, scales)
+    assert out.dtype == torch.float32 and out.shape == (rows, outputs)
+    assert torch.allclose(out.double(), expected, rtol=1e-6, atol=1e-6 * expected.abs().max().item())
+
+
+@pytest.mark.parametrize("rows", [2, 3, 8, 17])
+def test_a_row_gets_the_same_bits_whichever_rows_share_the_call(rows: int) -> None:
+    """What makes lookahead's wide steps exact: a row's product does not depend on the other rows."""
+    generator = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 576, generator=generator)
+    x[1] = 0  # a row of zeros: scale 0, products 0
+    weight = torch.randint(-127, 128, (960, 576), dtype=torch.int8, generator=generator)
+    scales = torch.rand(960, generator=generator) / 100
+    together = torch.ops.lookahead.int8_mm(x, weight, scales)
+    for row in range(rows):
+        assert torch.equal(torch.ops.lookahead.int8_mm(x[row : row + 1], weight, scales)[0], together[row]), row
+    assert not together[1].any()
+
+
+@pytest.mark.parametrize("inputs", [576, 1536, 11008])
+def test_the_largest_sums_do_not_overflow(inputs: int) -> None:
+    """Every input at its row's maximum and every weight -128: the int32 sum at its largest."""
+    x = torch.ones(1, inputs)
+    weight = torch.full((4, inputs), -128, dtype=torch.int8)
+    out = torch.ops.lookahead.int8_mm(x, weight, torch.ones(4))
+    assert torch.allclose(out, torch.full((1, 4), -128.0 * inputs), rtol=1e-6)
