@@ -117,7 +117,10 @@ class LlamaStep:
         q = hidden.shape[1]
         like = hidden.new_empty(1, self.kv_heads, q, self.head_dim)
         end = self.cache.length + q
-        rows = torch.arange(q - keep, q) if isinstance(keep, int) else keep
+        rows = torch.arange(q - keep, q) if isinstance(keep, int) else keep.contiguous()
+        # compiled code reads its inputs with the strides and dtype it was compiled for: a view of the
+        # decoder's wider mask buffer, or a mask of another dtype, would be read as garbage
+        mask = mask.to(hidden.dtype).contiguous()
         first = rows[:1]
         last = len(compiled.layers) - 1
         with torch.profiler.record_function(COMPILED_LAYERS):

@@ -47,8 +47,9 @@ class LayerSpec:
     rows: bool = False  # the layer over any number of new tokens (``rows_layer.RowsLayer``), else the 1-token one
     integer_activations: bool = False  # the rows layer's int8 products through our kernel, and it runs every step
     # (:mod:`~core.runtime.compiled.int8_mm`; :class:`~core.runtime.compiled.rows_layer.RowsLayer`)
-    code: int = 4  # :class:`DecoderLayer`'s version: a package compiled from older code is not loaded
-    # (3: every float and int8 product a reduction; 4: the LM head inside, fp32 between the products)
+    code: int = 5  # the layers' version: a package compiled from older code is not loaded (3: every float
+    # and int8 product a reduction; 4: the LM head inside, fp32 between the products; 5: the rows layer's
+    # attention by row, with integer int8 products)
 
     @property
     def key(self) -> str:

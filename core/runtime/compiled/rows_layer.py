@@ -77,12 +77,8 @@ class RowsLayer(nn.Module):
         key = rotate(key.view(1, q, kv_heads, head_dim).transpose(1, 2), cos, sin)
         keys[length - q :] = key[0].transpose(0, 1).to(keys.dtype)
         values[length - q :] = value.view(q, kv_heads, head_dim).to(values.dtype)
-        if spec.integer_activations:  # this layer runs every step: the 1-token layer's reductions, row by row
-            grouped = query.reshape(kv_heads, heads // kv_heads, q, 1, head_dim)
-            scores = (grouped * keys.permute(1, 0, 2)[:, None, None].float()).sum(-1) * head_dim**-0.5
-            weights = torch.softmax(scores + mask.float(), dim=-1)
-            out = (weights[..., None] * values.permute(1, 0, 2)[:, None, None].float()).sum(-2)
-            out = out.view(1, heads, q, head_dim)
+        if spec.integer_activations:  # this layer runs every step: each row's result must not depend on the step
+            out = _attention_by_row(query, keys, values, mask, spec)
         else:
             out = F.scaled_dot_product_attention(
                 query.to(keys.dtype),
@@ -101,6 +97,24 @@ class RowsLayer(nn.Module):
         x = (x + _project(spec, F.silu(gate) * up, *down)).to(dtype)
         kept = rms_norm(x[0].index_select(0, rows), head_norm, spec.head_eps)
         return x, _project(spec, kept, head_weight, head_scales, head_bias).to(dtype)
+
+
+def _attention_by_row(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, spec: LayerSpec
+) -> torch.Tensor:
+    """Attention whose result for a row is the same bits whatever else the step holds: what the row
+    sees is summed over the cache in order, so the entries of other rows (masked: exact zeros) and where
+    they lie change nothing. A softmax would sum its denominator in vector lanes, whose order depends on
+    where each entry lies; here the denominator is one more column of the sum over the values."""
+    heads, kv_heads, head_dim = spec.heads, spec.kv_heads, spec.head_dim
+    q, length = query.shape[2], keys.shape[0]
+    grouped = query.reshape(kv_heads, heads // kv_heads, q, 1, head_dim)
+    scores = (grouped * keys.permute(1, 0, 2)[:, None, None].float()).sum(-1) * head_dim**-0.5 + mask.float()
+    weights = torch.exp(scores - scores.amax(-1, keepdim=True))  # [kv_heads, group, q, length]
+    ones = torch.ones(length, kv_heads, 1, dtype=torch.float32, device=values.device)
+    extended = torch.cat([values.float(), ones], dim=-1).permute(1, 0, 2)  # [kv_heads, length, head_dim + 1]
+    sums = (weights[..., None] * extended[:, None, None]).sum(-2)
+    return (sums[..., :head_dim] / sums[..., head_dim:]).view(1, heads, q, head_dim)
 
 
 def int8_product(

@@ -142,6 +142,31 @@ def test_a_token_of_a_wide_step_gets_the_logits_of_its_own_1_token_step(compiled
         assert torch.allclose(wide, one_by_one, rtol=1e-6, atol=1e-6), (size, (wide - one_by_one).abs().max())
 
 
+def test_a_wide_step_reads_its_mask_as_a_view_of_the_decoders_wider_buffer(compiled_fp32) -> None:
+    """The decoder passes its step's mask as a view of one buffer allocated per answer (rows and columns
+    to spare): the compiled layer must read it as the mask it is, not as the contiguous tensor it was
+    compiled for (it read the rows after the first from the wrong places: wrong attention for every
+    guess, exact only for x's row, so lookahead accepted less and answered otherwise in bf16 and int8)."""
+    prepared = compiled_fp32[0]
+    prompt = torch.tensor(_prompt(1))
+    size = 8
+    mask = torch.full((size, size), torch.finfo(torch.float32).min).triu(1)
+    mask[size // 2 :, 1 : size // 2] = torch.finfo(torch.float32).min
+    mask = torch.cat([torch.zeros(size, len(prompt)), mask], dim=1)
+    buffer = torch.zeros(size + 5, mask.shape[1] + 40)
+    view = buffer[:size, : mask.shape[1]]
+    view.copy_(mask)
+    ids = torch.randint(3, 96, (size,), generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(len(prompt), len(prompt) + size)
+    results = []
+    for given in (mask, view):
+        step = prepared.step(64, lookahead=True)
+        with torch.inference_mode():
+            step.forward(prompt, torch.arange(len(prompt)), 1)
+            results.append(step.forward(ids, positions, torch.arange(size), given))
+    assert not view.is_contiguous() and torch.equal(results[0], results[1])
+
+
 def test_the_cache_grows_under_the_compiled_step(compiled_fp32) -> None:
     prepared, eager = compiled_fp32
     step = prepared.step(4, lookahead=False)  # far too small: the buffers double while compiled steps write to them
