@@ -28,10 +28,14 @@ from pathlib import Path
 
 import torch
 
-from core.paths import resource_path
-
 OPERATOR = "lookahead::int8_mm"
-SOURCE = resource_path("kernels", "int8_mm.cpp")
+
+
+def source() -> Path:
+    """The kernel's C++ source, among the app's resources."""
+    from core.paths import resource_path  # platformdirs: core.runtime imports only torch and transformers up front
+
+    return resource_path("kernels", "int8_mm.cpp")
 
 
 def supported() -> bool:
@@ -39,7 +43,7 @@ def supported() -> bool:
     ``ATEN_CPU_CAPABILITY=default`` turns it off too)."""
     machine = platform.machine().lower()
     capability = torch.backends.cpu.get_cpu_capability()
-    return machine in ("x86_64", "amd64") and capability in ("AVX2", "AVX512") and SOURCE.is_file()
+    return machine in ("x86_64", "amd64") and capability in ("AVX2", "AVX512") and source().is_file()
 
 
 @functools.cache
@@ -62,7 +66,7 @@ def _library_path() -> Path:
     from torch._inductor.cpu_vec_isa import pick_vec_isa  # inductor takes about a second to import: only when compiling
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    key = hashlib.sha256(f"{SOURCE.read_bytes()!r} {torch.__version__} {pick_vec_isa()}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{source().read_bytes()!r} {torch.__version__} {pick_vec_isa()}".encode()).hexdigest()[:24]
     suffix = ".pyd" if os.name == "nt" else ".so"
     return Path(cache_dir()) / "lookahead-kernels" / f"int8_mm-{key}{suffix}"
 
@@ -93,12 +97,12 @@ def _build_once(library: Path, stale_s: float = 180.0) -> None:
 
 def _build(library: Path) -> None:
     """Compile the source into ``library``, whole or not at all."""
-    from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
+    from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions  # inductor: only when building
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     name = f"{library.stem}.{os.getpid()}.partial"
     options = CppTorchOptions(vec_isa=pick_vec_isa(), include_pytorch=True, shared=True)
-    builder = CppBuilder(name, [str(SOURCE)], options, output_dir=str(library.parent))
+    builder = CppBuilder(name, [str(source())], options, output_dir=str(library.parent))
     built = Path(builder.get_target_file_path())
     try:
         builder.build()

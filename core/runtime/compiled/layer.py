@@ -77,8 +77,7 @@ def layer_spec(model: Any, weights: LayerWeights, head: HeadWeights, *, rows: bo
         dtype=model.get_input_embeddings().weight.dtype,
         fp32_products=isa.bit_width() >= 512,
         rows=rows,
-        integer_activations=int8_mm.supported()
-        and any(t is not None and t.dtype == torch.int8 for t in (*weights, *head)),
+        integer_activations=rows and int8_mm.supported() and any(_is_int8(t) for t in (*weights, *head)),
     )
 
 
