@@ -109,9 +109,9 @@ def quality(args: argparse.Namespace, paths: AppPaths) -> int:
         dtype = str(loaded.dtype).removeprefix("torch.")
         print(f"| {quantization} | {dtype} | {value:.3f} |")
         compiled = compile_step(loaded.model) if quantization == "8bit" and loaded.device.type == "cpu" else None
-        if isinstance(compiled, CompiledStep) and compiled.one_token is not None:
+        if isinstance(compiled, CompiledStep):
             stepped = step_perplexity(PreparedModel(loaded.model, compiled), ids)
-            activations = "int8 activations" if compiled.one_token.spec.integer_activations else "weight-only"
+            activations = "integer activations" if compiled.rows.spec.integer_activations else "weight-only"
             print(f"| {quantization}, compiled steps ({activations}) | {dtype} | {stepped:.3f} |")
     print(
         f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})",
