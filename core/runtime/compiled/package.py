@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from core.runtime.compiled import int8_mm
+from core.runtime.compiled import kernels
 from core.runtime.compiled.layer import HEAD_STAND_IN_ROWS, DecoderLayer, LayerSpec, layer_spec
 from core.runtime.compiled.rows_layer import MAX_ROWS, RowsLayer
 from core.runtime.weights.fused import fuse_projections, head_weights, layer_weights
@@ -54,11 +54,10 @@ class CompileJob:
 def compile_jobs(model: Any) -> tuple[CompileJob, ...]:
     """The compile jobs of a model :func:`~core.runtime.compiled.step.why_not_compilable` accepts (its
     projections joined first): its 1-token layer and its layer over any number of new tokens; only the
-    latter where it runs every step (int8 weights through our integer kernel, see ``RowsLayer``, unless
-    512-bit vectors give the 1-token layer fused int8 reductions that may measure faster)."""
+    latter where it runs every step (int8 weights through our kernels, see ``RowsLayer``: its 1-token
+    steps as fast as the 1-token layer's, and exact)."""
     rows = compile_job(model, rows=True)
-    alone = rows.spec.integer_activations and not rows.spec.fp32_products
-    return (rows,) if alone else (compile_job(model, rows=False), rows)
+    return (rows,) if rows.spec.integer_activations else (compile_job(model, rows=False), rows)
 
 
 def compile_job(model: Any, *, rows: bool) -> CompileJob:
@@ -115,7 +114,7 @@ def load_operators(spec: LayerSpec) -> None:
     built yet); raises where they cannot be built."""
     if spec.integer_activations:
         with vector_isa_from_flags():
-            int8_mm.load()
+            kernels.load()
 
 
 def load_package(job: CompileJob) -> LayerRunner | None:

@@ -30,9 +30,9 @@ class RowsLayer(nn.Module):
 
     Norms, rotary embedding and residuals are computed in fp32, as in the 1-token layer. With int8
     weights on a processor that runs our integer kernel (``spec.integer_activations``) this layer runs
-    1-token steps too: its products give a row the same bits whichever rows share the step, and
-    attention is a reduction per row over the cache (as in the 1-token layer), so every token of a
-    lookahead step gets exactly the logits a 1-token step would give it, and greedy lookahead equals
+    1-token steps too: its products and its attention (our kernels, :mod:`~core.runtime.compiled.kernels`)
+    give a row the same bits whichever rows share the step, so every token of a lookahead step gets
+    exactly the logits a 1-token step would give it, and greedy lookahead equals
     plain greedy decoding bit for bit. Otherwise float products read their input in the weights' dtype,
     int8 ones in the model's, and attention is torch's fused kernel, reading the cache in its dtype."""
 
@@ -78,7 +78,8 @@ class RowsLayer(nn.Module):
         keys[length - q :] = key[0].transpose(0, 1).to(keys.dtype)
         values[length - q :] = value.view(q, kv_heads, head_dim).to(values.dtype)
         if spec.integer_activations:  # this layer runs every step: each row's result must not depend on the step
-            out = _attention_by_row(query, keys, values, mask, spec)
+            by_row = torch.ops.lookahead.attention(query[0].transpose(0, 1), keys, values, mask, head_dim**-0.5)
+            out = by_row.transpose(0, 1)[None]
         else:
             out = F.scaled_dot_product_attention(
                 query.to(keys.dtype),
@@ -99,29 +100,11 @@ class RowsLayer(nn.Module):
         return x, _project(spec, kept, head_weight, head_scales, head_bias).to(dtype)
 
 
-def _attention_by_row(
-    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, spec: LayerSpec
-) -> torch.Tensor:
-    """Attention whose result for a row is the same bits whatever else the step holds: what the row
-    sees is summed over the cache in order, so the entries of other rows (masked: exact zeros) and where
-    they lie change nothing. A softmax would sum its denominator in vector lanes, whose order depends on
-    where each entry lies; here the denominator is one more column of the sum over the values."""
-    heads, kv_heads, head_dim = spec.heads, spec.kv_heads, spec.head_dim
-    q, length = query.shape[2], keys.shape[0]
-    grouped = query.reshape(kv_heads, heads // kv_heads, q, 1, head_dim)
-    scores = (grouped * keys.permute(1, 0, 2)[:, None, None].float()).sum(-1) * head_dim**-0.5 + mask.float()
-    weights = torch.exp(scores - scores.amax(-1, keepdim=True))  # [kv_heads, group, q, length]
-    ones = torch.ones(length, kv_heads, 1, dtype=torch.float32, device=values.device)
-    extended = torch.cat([values.float(), ones], dim=-1).permute(1, 0, 2)  # [kv_heads, length, head_dim + 1]
-    sums = (weights[..., None] * extended[:, None, None]).sum(-2)
-    return (sums[..., :head_dim] / sums[..., head_dim:]).view(1, heads, q, head_dim)
-
-
 def int8_product(
     x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """``x`` (fp32, any leading shape) times int8 weights through our integer kernel
-    (:mod:`~core.runtime.compiled.int8_mm`), in fp32."""
+    (:mod:`~core.runtime.compiled.kernels`), in fp32."""
     out = torch.ops.lookahead.int8_mm(x.reshape(-1, x.shape[-1]), weight, scales)
     out = out.reshape(*x.shape[:-1], out.shape[-1])
     return out if bias is None else out + bias

@@ -11,7 +11,7 @@ from core.autotune import prepare as cal
 from core.autotune.store import CalibrationStore
 from core.models import LoadOptions, ModelSource, load_model
 from core.progress import CancelToken
-from core.runtime.compiled import int8_mm
+from core.runtime.compiled import kernels
 from core.runtime.weights.packed import layout_of
 
 
@@ -235,7 +235,7 @@ def test_packed_weights_join_the_side_by_side_compile_on_their_plain_copy(tmp_pa
     with caplog.at_level(logging.INFO, logger="core.runtime.compiled.parallel"):
         variants = cal.prepare_variants({"fp32": fp32, "int8": int8}, None)
     # each variant's 1-token and rows layers (int8's rows layer alone where our integer kernel runs)
-    assert f"{3 if int8_mm.supported() else 4} step packages compiled side by side" in caplog.text
+    assert f"{3 if kernels.supported() else 4} step packages compiled side by side" in caplog.text
     compiled = variants.models["fp32"].compiled is not None
     assert layout_of(fp32) == (PACKED_ROWS if compiled else PACKED)  # the copy only with the step
 
@@ -342,7 +342,7 @@ def test_the_status_line_says_greedy_answers_may_vary_only_where_they_can(tiny_m
     compiled = int8.prepared.compiled
     # exact: the rows layer alone, through our integer kernel, runs every step
     exact = compiled is not None and compiled.one_token is None and compiled.rows.spec.integer_activations
-    assert exact == (int8_mm.supported() and auto.calibration.compiled_rows)
+    assert exact == (kernels.supported() and auto.calibration.compiled_rows)
     assert auto.rounding == ("" if exact else "int8 weights")
     if exact or auto.calibration.arms() == [None]:  # every greedy answer is the same
         assert auto.reason == auto.calibration.reason

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from core.lookahead import Decoding, LookaheadConfig
-from core.runtime.compiled import int8_mm
+from core.runtime.compiled import kernels
 from core.runtime.compiled.step import CompiledStep, compile_step, why_not_compilable
 from core.runtime.lean_step import LlamaStep
 from core.runtime.prepared import PreparedModel
@@ -90,7 +90,7 @@ def test_every_row_of_a_wide_compiled_step_agrees_with_the_eager_step(compiled_f
     # int8: the compiled layers round each row's activations to integers where our kernel runs, the eager
     # step does not (weight-only, bf16 activations); else both are weight-only, in other kernels
     integer_on = prepared.compiled is not None and prepared.compiled.rows.spec.integer_activations
-    assert integer_on == (weights == "int8" and int8_mm.supported())
+    assert integer_on == (weights == "int8" and kernels.supported())
     tolerance = 1e-5 if weights == "fp32" else 1e-2 if integer_on else 2e-3
     prompt = torch.tensor(_prompt(2))
     for size in (2, 3, 8, 17):
@@ -130,7 +130,7 @@ def test_a_token_of_a_wide_step_gets_the_logits_of_its_own_1_token_step(compiled
         quantize_model(model, 8)
         prepared = compiled(model)
     exact = prepared.compiled.one_token is None and prepared.compiled.rows.spec.integer_activations
-    assert exact == (weights == "int8" and int8_mm.supported())
+    assert exact == (weights == "int8" and kernels.supported())
     prompt = torch.tensor(_prompt(2))
     hidden = torch.finfo(torch.float32).min
     for size in (2, 3, 8, 17):

@@ -9,7 +9,7 @@ import pytest
 
 from core.lookahead import Decoding
 from core.progress import Cancelled
-from core.runtime.compiled import int8_mm
+from core.runtime.compiled import kernels
 from core.runtime.compiled.package import compile_job, compile_jobs
 from core.runtime.compiled.parallel import compile_in_parallel
 from core.runtime.weights.quantized import quantize_model
@@ -35,7 +35,7 @@ def test_children_compile_the_packages_that_the_models_then_load(tmp_path, monke
     compile_in_parallel(models)
     paths = _paths(models)
     # the float variant's two layers; the int8 one's rows layer alone where our integer kernel runs
-    assert len(set(paths)) == (3 if int8_mm.supported() else 4) and all(path.is_file() for path in paths)
+    assert len(set(paths)) == (3 if kernels.supported() else 4) and all(path.is_file() for path in paths)
     stamps = [path.stat().st_mtime_ns for path in paths]
     for model in models:
         eager = Decoding(model, _prompt(3), max_new_tokens=12)
@@ -65,7 +65,7 @@ def test_children_that_fail_are_reported_and_the_models_compile_as_before(tmp_pa
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     models = _variants()
     packages = len(set(_paths(models)))  # 4, or 3 where int8's rows layer runs every step (our integer kernel)
-    assert packages == (3 if int8_mm.supported() else 4)  # this process's compiler is fine
+    assert packages == (3 if kernels.supported() else 4)  # this process's compiler is fine
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))  # the children's is not
     with caplog.at_level(logging.WARNING, logger="core.runtime.compiled.parallel"):
         compile_in_parallel(models)
