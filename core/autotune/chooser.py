@@ -149,9 +149,14 @@ class AutoChooser:
         # Step times are reliable from the first step; acceptance varies a lot from step to step, so
         # the prediction counts as PRIOR_STEPS observed steps before the answers' own take over.
         arm.streak = arm.streak + 1 if arm is self._last else 1
+        # a step time from long ago tells less of this machine now (its speed swings): the first step
+        # after a long pause moves the estimate halfway
+        weight = max(self.smoothing, 1.0 / (arm.observed + 2))
+        if self._steps - arm.last_step > self.probe_every:
+            weight = max(weight, 0.5)
         arm.last_step = self._steps
         self._last = arm
-        arm.seconds += max(self.smoothing, 1.0 / (arm.observed + 2)) * (seconds - arm.seconds)
+        arm.seconds += weight * (seconds - arm.seconds)
         if arm.streak > _refill_steps(setting):
             weight = max(self.smoothing / 2, 1.0 / (arm.observed + PRIOR_STEPS))
             arm.tokens_per_step += weight * (tokens - arm.tokens_per_step)
@@ -163,10 +168,17 @@ class AutoChooser:
             self._probe_left = 0
 
     def _rival(self) -> _Arm | None:
-        """The setting to probe: the best-rated one other than the current, if it could plausibly win."""
+        """The setting to probe: plain where it has not run for two probe periods, else the best-rated one
+        other than the current if it could plausibly win, else one not run for a long time."""
         others = [a for a in self._arms if a is not self._current]
         if not others:
             return None
+        # Plain decoding, the baseline, is measured every other probe whatever it scored: a step time
+        # taken while the machine was slow (a processor's speed can swing 2x within a minute) would
+        # otherwise stand for hundreds of steps against the running setting's fresh ones.
+        plain = next((a for a in others if a.setting is None), None)
+        if plain is not None and self._steps - plain.last_step >= 2 * self.probe_every:
+            return plain
         rival = max(others, key=_rate)
         if _rate(rival) >= KEEP_RATIO * _rate(self._current):
             return rival

@@ -140,6 +140,22 @@ def test_chooser_keeps_a_winning_setting_and_probes_plain_rarely() -> None:
     assert chooser.learned()[calibration.choice.label][0] > 1.5
 
 
+def test_plain_measured_at_a_slow_moment_is_measured_again() -> None:
+    """A plain step timed while the machine was slow (here 3x) must not keep plain off for hundreds of
+    steps: the baseline is probed again, and wins once its real speed shows."""
+    calibration = _calibration(FLAT)
+    chooser = AutoChooser(calibration)
+    assert calibration.choice is not None
+    chooser.observe(None, 1, 0.12, 1)  # the one plain step so far, at a slow moment
+    ran: list[LookaheadConfig | None] = []
+    for _ in range(400):
+        setting = chooser.choose()
+        ran.append(setting)
+        # nothing is accepted: every lookahead step gives 1 token at more than a plain step's cost
+        chooser.observe(setting, 1, 0.04 if setting is None else 0.046, 1 if setting is None else 20)
+    assert ran[-20:].count(None) >= 18, ran[-20:]
+
+
 def test_a_resumed_window_is_judged_after_it_refills() -> None:
     calibration = _calibration(FLAT)
     windowed = calibration.choice
