@@ -5,7 +5,7 @@ Two steps are measured, alternating over the same cached context so that machine
 alike: a 1-token step (eager, the 1-token layer, the rows layer) and a wider one, lookahead's
 (eager, the rows layer). The rows layer may also win the 1-token step (where both layers' products
 go through the same kernel, say); then it runs every step and the 1-token layer is dropped. Where
-the rows layer is the only one (int8 weights through our integer kernel), it runs every step or none.
+the rows layer is the only one (int8 weights through our kernels), it runs every step or none.
 """
 
 from __future__ import annotations
@@ -66,10 +66,7 @@ def choose_compiled_step(
         keep_rows = keep_rows or one["rows layer"] * COMPILED_MARGIN <= one["eager"]
         keep_one = False
     elif keep_rows:  # 1-token steps run the faster compiled layer (where the 1-token one is dropped, the rows one)
-        # the rows layer with our integer kernel gives exact lookahead where it runs every step: it
-        # keeps 1-token steps unless the 1-token layer is clearly faster
-        margin = COMPILED_MARGIN if compiled.rows is not None and compiled.rows.spec.integer_activations else 1.0
-        keep_one = one["1-token layer"] * margin < one["rows layer"]
+        keep_one = one["1-token layer"] < one["rows layer"]
     else:
         keep_one = one["1-token layer"] * COMPILED_MARGIN <= one["eager"]
     kept = compiled.only(one_token=keep_one, rows=keep_rows)

@@ -103,7 +103,7 @@ def rounding_by_step_size(loaded: LoadedModel) -> str:
     Greedy lookahead is exact in fp32; in bf16, fp16 or quantized weights, a step that feeds several
     tokens runs other kernels than a 1-token step and may round a near tie the other way, so a greedy
     answer depends on the step sizes that produced it. Not where one compiled layer whose rows do not
-    depend on the step runs every step (int8 weights through our integer kernel; see ``RowsLayer``).
+    depend on the step runs every step (int8 weights through our kernels; see ``RowsLayer``).
     """
     compiled = loaded.prepared.compiled
     if compiled is not None and compiled.one_token is None and compiled.rows is not None:

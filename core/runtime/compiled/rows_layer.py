@@ -4,8 +4,9 @@ the LM head on the rows kept: the code AOTInductor compiles once, for any row co
 A lookahead step feeds a few to a few dozen tokens under a tree mask. Eager, such a step runs the
 layer as some forty operators with their dispatch, and its int8 products widen every weight to the
 activations' dtype before multiplying; compiled, the layer is one call whose products go through
-kernels that load each weight once for all rows (torch's int8 kernel, oneDNN's and MKL's matrix
-products) and whose attention is torch's fused kernel with the step's mask. So the step costs little
+kernels that load each weight once for all rows (int8 ones through our kernel where the processor
+runs it, else torch's; oneDNN's and MKL's matrix products for float weights) and whose attention is
+our row-exact kernel with int8 weights, else torch's fused kernel, under the step's mask. So the step costs little
 more than a 1-token step until arithmetic catches up with reading the weights; the curve is measured
 where the app runs (``core.autotune.measure``).
 """
