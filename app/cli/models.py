@@ -18,6 +18,7 @@ from core.models.options import QUANTIZATIONS, source_from_spec
 from core.models.registry import ModelRegistry
 from core.paths import AppPaths
 from core.remote import RemoteTarget, base_url, list_models, resolve_key
+from core.runtime.compiled import kernels
 from core.runtime.compiled.step import CompiledStep, compile_step
 from core.runtime.prepared import PreparedModel
 
@@ -111,7 +112,11 @@ def quality(args: argparse.Namespace, paths: AppPaths) -> int:
         compiled = compile_step(loaded.model) if quantization == "8bit" and loaded.device.type == "cpu" else None
         if isinstance(compiled, CompiledStep):
             stepped = step_perplexity(PreparedModel(loaded.model, compiled), ids)
-            activations = "integer activations" if compiled.rows.spec.integer_activations else "weight-only"
+            activations = (
+                f"int{kernels.activation_bits()} activations"
+                if compiled.rows.spec.integer_activations
+                else "weight-only"
+            )
             print(f"| {quantization}, compiled steps ({activations}) | {dtype} | {stepped:.3f} |")
     print(
         f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})",

@@ -164,7 +164,7 @@ def test_quality_prints_perplexity_per_quantization(tiny_model_folder: Path, hom
     )
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "perplexity" not in line]
     names = [row.split("|")[1].strip() for row in rows]
-    activations = "integer activations" if kernels.supported() else "weight-only"
+    activations = f"int{kernels.activation_bits()} activations" if kernels.supported() else "weight-only"
     assert names == ["none", "8bit", f"8bit, compiled steps ({activations})", "4bit"]  # as decoding computes it
     assert rows[0].split("|")[2].strip() == "float32" and rows[1].split("|")[2].strip() == "bfloat16"
     values = [float(row.split("|")[3]) for row in rows]

@@ -19,20 +19,35 @@ def kernel() -> None:
         kernels.load()
 
 
+def expected_levels(inputs: int) -> int:
+    """Bytes (127) where the kernel multiplies them (AVX-512 VNNI), else as many as int16 and an int32 sum
+    of int8 products allow."""
+    vnni = torch.backends.cpu.get_cpu_capability() == "AVX512" and torch.cpu._is_vnni_supported()
+    return 127 if vnni else min(32767, (2**31 - 1) // (128 * inputs))
+
+
+@pytest.mark.parametrize("inputs", [8, 576, 11008])
+def test_the_kernel_rounds_to_bytes_where_it_multiplies_bytes(inputs: int) -> None:
+    assert torch.ops.lookahead.int8_mm_levels(inputs) == expected_levels(inputs)
+
+
 def reference(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """The product the kernel promises, in float64: each row rounded to integers at its own scale
-    (amax / levels, levels as many as int16 and an int32 sum of int8 products allow)."""
-    levels = min(32767, (2**31 - 1) // (128 * x.shape[-1]))
+    (amax / levels, :func:`expected_levels`)."""
+    levels = expected_levels(x.shape[-1])
     amax = x.abs().amax(-1, keepdim=True)
-    quantized = torch.round(x * torch.where(amax > 0, levels / amax, 0))
+    inverse = torch.full_like(amax, levels) / amax  # in fp32 as the kernel divides (levels / amax rounds otherwise)
+    quantized = torch.round(x * torch.where(amax > 0, inverse, 0))
     return (quantized.double() @ weight.double().t()) * (amax.double() / levels) * scales.double()
 
 
 @pytest.mark.parametrize(
-    ("rows", "inputs", "outputs"), [(1, 576, 960), (5, 576, 7), (3, 100, 13), (17, 1536, 6), (2, 8, 5)]
+    ("rows", "inputs", "outputs"),
+    [(1, 576, 960), (5, 576, 7), (3, 100, 13), (17, 1536, 6), (2, 8, 5), (9, 200, 33), (32, 576, 70)],
 )
 def test_the_kernel_computes_the_quantized_product(rows: int, inputs: int, outputs: int) -> None:
-    """Any shape (inputs past a multiple of 16, outputs past a multiple of 4, odd row counts), the full int8 range."""
+    """Any shape (inputs past a vector multiple, outputs past a multiple of 4, odd row counts, rows past a block
+    of 8), the full int8 range."""
     generator = torch.Generator().manual_seed(rows * inputs + outputs)
     x = torch.randn(rows, inputs, generator=generator) * 3
     weight = torch.randint(-128, 128, (outputs, inputs), dtype=torch.int8, generator=generator)
