@@ -15,7 +15,7 @@ class StepCostCurve:
 
     @classmethod
     def monotone(cls, sizes: Sequence[int], seconds: Sequence[float]) -> StepCostCurve:
-        """A curve from measured medians, made non-decreasing: feeding more tokens is never cheaper, so
+        """A curve from measured times, made non-decreasing: feeding more tokens is never cheaper, so
         a narrow step measured slower than a wider one was slowed by the machine (another program
         competing), and takes the wider step's time. Lowering, never raising, keeps the relative
         cost of wide steps from being underestimated."""

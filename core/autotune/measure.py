@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from core.lookahead.verify import argmax
 from core.progress import Cancelled
 from core.runtime.prepared import PreparedModel, prepared
 from core.runtime.step import causal_mask
@@ -22,17 +22,21 @@ def measure_step_seconds(
     model: PreparedModel | Any,
     sizes: Sequence[int] = CPU_CURVE_SIZES,
     context: int = 256,
-    repeats: int = 3,
+    repeats: int = 5,
     progress: Callable[[float], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
 ) -> list[float]:
-    """Median seconds of one forward pass feeding each size after ``context`` cached tokens.
+    """Seconds of one step feeding each size after ``context`` cached tokens: the fastest of the rounds.
 
     Steps run through the step implementation the decoder uses and are built as it builds them
-    (a 1-token step without a mask, wider ones with a 4D additive mask, only the rows they keep);
-    sizes are interleaved within each round so that machine noise hits all alike, and a first
-    round warms up and is dropped. ``model``: a transformers causal LM, or a
-    :class:`~core.runtime.prepared.PreparedModel` (its compiled layers then run the steps they were kept for).
+    (a 1-token step without a mask, wider ones with a 4D additive mask, only the rows they keep),
+    and the time includes reading each kept row's argmax, as the decoder does. Sizes are interleaved
+    within each round and a first round warms up and is dropped. The fastest round, not the median:
+    a processor whose speed swings (memory bandwidth shared with other machines) slows the
+    bandwidth-bound 1-token step more than the wide ones, so a median taken at a slow moment makes
+    wide steps look cheap and Auto run lookahead where it loses. ``model``: a transformers causal
+    LM, or a :class:`~core.runtime.prepared.PreparedModel` (its compiled layers then run the steps
+    they were kept for).
     """
     model = prepared(model)
     device, dtype = model.device, model.dtype
@@ -55,10 +59,9 @@ def measure_step_seconds(
                 keep = torch.arange(min(size, 1 + size // 2), device=device) if size > 1 else 1
                 device_sync(device)
                 start = time.perf_counter()
-                step.forward(ids, positions, keep, mask)
-                device_sync(device)
+                argmax(step.forward(ids, positions, keep, mask)).tolist()
                 times[size].append(time.perf_counter() - start)
                 step.keep(context - 1, size + 1, [])  # back to ``context`` entries
             if progress is not None:
                 progress((r + 1) / rounds)
-    return [statistics.median(times[s][1:]) for s in sizes]
+    return [min(times[s][1:]) for s in sizes]
