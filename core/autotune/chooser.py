@@ -64,6 +64,7 @@ class AutoChooser:
             tps, fed = (e.tokens_per_step, e.fed_tokens) if e else (1.0, 1.0)
             self._arms.append(_Arm(setting, tps, fed, unit * calibration.curve.relative(fed)))
         self._current = self._arms[0]
+        self._plain = next(a for a in self._arms if a.setting is None)
         self._last: _Arm | None = None
         self._probe: _Arm | None = None
         self._probe_left = 0
@@ -146,6 +147,11 @@ class AutoChooser:
         if arm is None:  # a verification setting the verification arm has since left
             arm = self._verify
             assert arm is not None and setting is not None and setting.window == 0
+        if setting is not None and setting.window == 0 and fed == 1:
+            # Nothing to verify: the decoder ran a plain step. It times plain decoding, not verification;
+            # counted for verification it would dilute a verification that loses (most steps of a chat
+            # find no candidate) to within the switch margin, and Auto would keep it for good.
+            arm = self._plain
         # Step times are reliable from the first step; acceptance varies a lot from step to step, so
         # the prediction counts as PRIOR_STEPS observed steps before the answers' own take over.
         arm.streak = arm.streak + 1 if arm is self._last else 1

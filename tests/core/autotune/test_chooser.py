@@ -156,6 +156,27 @@ def test_plain_measured_at_a_slow_moment_is_measured_again() -> None:
     assert ran[-20:].count(None) >= 18, ran[-20:]
 
 
+def test_a_verification_that_loses_is_dropped_though_most_steps_find_nothing_to_verify() -> None:
+    """Most steps of a chat find no candidate, and the decoder then runs a plain step; the steps that do
+    verify must beat plain on their own. Here they accept nothing at 1.15x a plain step's cost: blended
+    with nine plain steps out of ten, verification would stay within the switch margin of plain."""
+    calibration = _calibration(MEDIUM)
+    verification = calibration.choice
+    assert verification is not None and verification.window == 0
+    chooser = AutoChooser(calibration)
+    ran: list[LookaheadConfig | None] = []
+    for step in range(800):
+        setting = chooser.choose()
+        ran.append(setting)
+        if setting is None or (setting.window == 0 and step % 10):  # a plain step
+            chooser.observe(setting, 1, 0.04, 1)
+        elif setting.window == 0:  # candidates verified, none accepted
+            chooser.observe(setting, 1, 0.046, 3)
+        else:  # a window that finds nothing
+            chooser.observe(setting, 1, 0.06, 12)
+    assert ran[-50:].count(None) >= 45, ran[-50:]
+
+
 def test_a_resumed_window_is_judged_after_it_refills() -> None:
     calibration = _calibration(FLAT)
     windowed = calibration.choice
