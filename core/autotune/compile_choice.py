@@ -11,7 +11,6 @@ the rows layer is the only one (int8 weights through our kernels), it runs every
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ WIDE_STEP = 8  # the wider step measured: about what lookahead's settings feed o
 
 @dataclass(frozen=True)
 class KeptCompiledStep:
-    """The compiled layers that measured faster, and the median seconds of the 1-token step as it now runs."""
+    """The compiled layers that measured faster, and the seconds of the 1-token step as it now runs (fastest round)."""
 
     step: CompiledStep
     seconds: float
@@ -53,8 +52,8 @@ def choose_compiled_step(
     candidates = {"eager": None, "1-token layer": one_token, "rows layer": rows}
     if one_token is None:  # the rows layer alone, for every step (see RowsLayer)
         del candidates["1-token layer"]
-    one = _median_seconds(model, candidates, 1, cancelled, rounds)
-    wide = _median_seconds(model, {"eager": None, "rows layer": rows}, WIDE_STEP, cancelled, rounds)
+    one = _fastest_seconds(model, candidates, 1, cancelled, rounds)
+    wide = _fastest_seconds(model, {"eager": None, "rows layer": rows}, WIDE_STEP, cancelled, rounds)
     log.info(
         "1-token step: %s; %d-token step: %s",
         ", ".join(f"{name} {1000 * s:.1f} ms" for name, s in one.items()),
@@ -75,15 +74,16 @@ def choose_compiled_step(
     return KeptCompiledStep(kept, one["1-token layer"] if keep_one else one["rows layer"])
 
 
-def _median_seconds(
+def _fastest_seconds(
     model: Any,
     candidates: dict[str, CompiledStep | None],
     size: int,
     cancelled: Callable[[], bool] | None,
     rounds: int,
 ) -> dict[str, float]:
-    """Median seconds of a ``size``-token step (a lookahead-like one: masked, half its rows kept) after 128
-    cached tokens, per candidate (``None``: eager); the first round warms up."""
+    """Seconds of a ``size``-token step (a lookahead-like one: masked, half its rows kept) after 128 cached
+    tokens, per candidate (``None``: eager): the fastest round, as the step cost curve takes it
+    (:func:`~core.autotune.measure.measure_step_seconds`); the first round warms up."""
     context = 128
     steps = {
         name: LlamaStep(model, context + size + 1, None if c is None else c.inputs(model))
@@ -108,4 +108,4 @@ def _median_seconds(
                 if r:
                     times[name].append(time.perf_counter() - start)
                 step.keep(context - 1, size + 1, [])
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: min(t) for name, t in times.items()}

@@ -63,7 +63,7 @@ STEPS_SHARE = 0.9
 
 ONE_TOKEN_REPEATS = 7
 """Steps whose fastest is a variant's eager 1-token step cost (after one to warm up); a compiled step's cost
-is the median of the twelve rounds that chose it (:class:`~core.autotune.compile_choice.KeptCompiledStep`).
+is the fastest of the twelve rounds that chose it (:class:`~core.autotune.compile_choice.KeptCompiledStep`).
 With 3 steps, the compiled int8 step of a 1B model once read 78.8 ms where those rounds had read 57.5 just
 before, on this noisy machine, and calibration left int8 out as not faster than bf16's 82 ms."""
 
