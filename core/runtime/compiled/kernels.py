@@ -67,8 +67,9 @@ def load() -> None:
 
 
 def activation_bits() -> int:
-    """The bits ``int8_mm`` rounds each input row to here: 8 (AVX-512 VNNI) or 16."""
-    load()
+    """The bits ``int8_mm`` rounds each input row to here: 8 (AVX-512 VNNI) or 16. The kernels must be loaded
+    (a compiled layer with integer activations loads them, through ``package.load_operators`` and its vector
+    instructions from the processor's flags; a load of its own here would take inductor's slower probe)."""
     return 8 if torch.ops.lookahead.int8_mm_levels(1) == 127 else 16
 
 
