@@ -154,7 +154,10 @@ def _save_chart(rows: Any, path: Path) -> None:
 
 
 def compiled_layers(model: PreparedModel) -> str:
-    """Which compiled layers a variant runs: ``1-token+rows``, ``1-token``, ``rows`` (every step), or ``none``."""
+    """Which compiled layers a variant runs: ``1-token+rows``, ``1-token``, ``rows`` (every step), ``int8 decoder``
+    (every step), or ``none``."""
     step = model.compiled
+    if step is not None and step.decoder is not None:
+        return "int8 decoder"
     names = [] if step is None else [n for n, layer in (("1-token", step.one_token), ("rows", step.rows)) if layer]
     return "+".join(names) or "none"

@@ -112,11 +112,7 @@ def quality(args: argparse.Namespace, paths: AppPaths) -> int:
         compiled = compile_step(loaded.model) if quantization == "8bit" and loaded.device.type == "cpu" else None
         if isinstance(compiled, CompiledStep):
             stepped = step_perplexity(PreparedModel(loaded.model, compiled), ids)
-            activations = (
-                f"int{kernels.activation_bits()} activations"
-                if compiled.rows.spec.integer_activations
-                else "weight-only"
-            )
+            activations = f"int{kernels.activation_bits()} activations" if compiled.decoder else "weight-only"
             print(f"| {quantization}, compiled steps ({activations}) | {dtype} | {stepped:.3f} |")
     print(
         f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})",

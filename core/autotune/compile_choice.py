@@ -4,8 +4,8 @@ everywhere, so each compiled layer is kept only for the steps where it measures 
 Two steps are measured, alternating over the same cached context so that machine noise hits all
 alike: a 1-token step (eager, the 1-token layer, the rows layer) and a wider one, lookahead's
 (eager, the rows layer). The rows layer may also win the 1-token step (where both layers' products
-go through the same kernel, say); then it runs every step and the 1-token layer is dropped. Where
-the rows layer is the only one (int8 weights through our kernels), it runs every step or none.
+go through the same kernel, say); then it runs every step and the 1-token layer is dropped. The int8
+decoder (int8 weights through our kernels) runs every step or none.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def choose_compiled_step(
         return None
     one_token, rows = compiled.only(one_token=True, rows=False), compiled.only(one_token=False, rows=True)
     candidates = {"eager": None, "1-token layer": one_token, "rows layer": rows}
-    if one_token is None:  # the rows layer alone, for every step (see RowsLayer)
+    if one_token is None:  # the int8 decoder, for every step
         del candidates["1-token layer"]
     one = _fastest_seconds(model, candidates, 1, cancelled, rounds)
     wide = _fastest_seconds(model, {"eager": None, "rows layer": rows}, WIDE_STEP, cancelled, rounds)
@@ -61,7 +61,7 @@ def choose_compiled_step(
         ", ".join(f"{name} {1000 * s:.1f} ms" for name, s in wide.items()),
     )
     keep_rows = wide["rows layer"] * COMPILED_MARGIN <= wide["eager"]
-    if one_token is None:  # all steps or none: its tokens are exact only where it runs them all
+    if one_token is None:  # the int8 decoder: all steps or none (its tokens are exact only where it runs them all)
         keep_rows = keep_rows or one["rows layer"] * COMPILED_MARGIN <= one["eager"]
         keep_one = False
     elif keep_rows:  # 1-token steps run the faster compiled layer (where the 1-token one is dropped, the rows one)

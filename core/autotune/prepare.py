@@ -102,13 +102,12 @@ def rounding_by_step_size(loaded: LoadedModel) -> str:
 
     Greedy lookahead is exact in fp32; in bf16, fp16 or quantized weights, a step that feeds several
     tokens runs other kernels than a 1-token step and may round a near tie the other way, so a greedy
-    answer depends on the step sizes that produced it. Not where one compiled layer whose rows do not
-    depend on the step runs every step (int8 weights through our kernels; see ``RowsLayer``).
+    answer depends on the step sizes that produced it. Not where the int8 decoder, whose rows do not
+    depend on the step, runs every step (:mod:`~core.runtime.compiled.int8_decoder`).
     """
     compiled = loaded.prepared.compiled
-    if compiled is not None and compiled.one_token is None and compiled.rows is not None:
-        if compiled.rows.spec.integer_activations:
-            return ""
+    if compiled is not None and compiled.decoder is not None:
+        return ""
     if loaded.quantization != "none":
         return {"8bit": "int8 weights", "4bit": "4-bit weights"}.get(loaded.quantization, loaded.quantization)
     return "" if loaded.dtype == torch.float32 else f"{NAME_BY_DTYPE.get(loaded.dtype, str(loaded.dtype))} weights"
@@ -409,7 +408,7 @@ def record_compiled(calibration: Calibration, model: PreparedModel) -> None:
     """Note in ``calibration`` which compiled layers ``model`` runs, for the next load to apply."""
     step = model.compiled
     calibration.compiled = step is not None and step.one_token is not None
-    calibration.compiled_rows = step is not None and step.rows is not None
+    calibration.compiled_rows = step is not None and (step.rows is not None or step.decoder is not None)
 
 
 def compiling_may_pay(eager_seconds: float, fastest_seconds: float, best_gain: float) -> bool:

@@ -34,7 +34,7 @@ from core.autotune.prepare import AutoTuning, calibrate_or_plain
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import Cancelled, CancelToken
-from core.runtime.compiled.package import CompileJob, compile_jobs, set_compile_cache
+from core.runtime.compiled.package import CompileJob, KernelsJob, compile_jobs, set_compile_cache
 from core.runtime.compiled.parallel import EXPECTED_SECONDS, report_failure, start_child, stop_child
 from core.runtime.compiled.step import why_not_compilable
 from core.runtime.prepared import PreparedModel
@@ -113,7 +113,7 @@ class BackgroundCalibration:
         self.loaded, self.paths, self.compile_delay_s = loaded, paths, compile_delay_s
         self.gate = Gate()
         self.children: list[subprocess.Popen] = []  # the compiling children, while they run
-        self._jobs: list[CompileJob] = []
+        self._jobs: list[CompileJob | KernelsJob] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -172,8 +172,8 @@ class BackgroundCalibration:
         return Upgrade(auto, shadow, ready_message(auto, before / auto.calibration.curve.seconds[0]))
 
     def _precompile(self, shadow: LoadedModel, listener: BackgroundListener) -> None:
-        """Compile the step packages (1-token and rows layers) of every variant calibration may compare, in
-        children; wait for them."""
+        """Compile the step packages (1-token and rows layers) of every variant calibration may compare, and our
+        kernels where the int8 decoder runs the int8 variant, in children; wait for them."""
         if shadow.device.type != "cpu" or why_not_compilable(shadow.model) is not None:
             return
         from torch._inductor.cpp_builder import get_cpp_compiler  # inductor takes a second to import: only here
@@ -184,7 +184,7 @@ class BackgroundCalibration:
             log.info("no step compiled in the background: %s", err)
             return
         set_compile_cache(self.paths.cache_dir)
-        jobs: dict[Path, CompileJob] = {}
+        jobs: dict[Path, CompileJob | KernelsJob] = {}
         for make in variant_makers(shadow):
             if self.gate.stopped:
                 raise Cancelled
@@ -196,7 +196,7 @@ class BackgroundCalibration:
         if missing:
             self._compile(missing, listener)
 
-    def _compile(self, missing: list[CompileJob], listener: BackgroundListener) -> None:
+    def _compile(self, missing: list[CompileJob | KernelsJob], listener: BackgroundListener) -> None:
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="lookahead-compile-") as folder:
             try:
@@ -244,10 +244,14 @@ def compiled_step_missing(loaded: LoadedModel, calibration: Calibration, paths: 
         model = model.to(getattr(torch, calibration.dtype))
     if why_not_compilable(model) is not None:
         return False
-    wanted = [
-        job for job in compile_jobs(model) if (calibration.compiled_rows if job.spec.rows else calibration.compiled)
-    ]
-    return any(not job.path.exists() for job in wanted)
+    return any(not job.path.exists() for job in compile_jobs(model) if _wanted(job, calibration))
+
+
+def _wanted(job: CompileJob | KernelsJob, calibration: Calibration) -> bool:
+    """Whether ``calibration`` runs what ``job`` makes (the int8 decoder counts as the rows layer)."""
+    if isinstance(job, KernelsJob):
+        return calibration.compiled_rows
+    return calibration.compiled_rows if job.spec.rows else calibration.compiled
 
 
 def ready_message(auto: AutoTuning, speedup: float) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from core.runtime.compiled.int8_decoder import PROMPT_CHUNK, Int8Decoder
 from core.runtime.compiled.package import LayerRunner
 from core.runtime.compiled.rows_layer import MAX_ROWS
 from core.runtime.compiled.step import MIN_CACHED, CompiledInputs
@@ -67,6 +68,8 @@ class LlamaStep:
         hidden = inner.embed_tokens(ids[None])
         cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])
         compiled = self._compiled
+        if compiled is not None and compiled.decoder is not None:
+            return self._decoded(compiled.decoder, hidden, cos, sin, mask, keep)
         if compiled is not None and past >= MIN_CACHED:
             if q == 1 and mask is None and compiled.one_token is not None:
                 return self._compiled_token(compiled.one_token, hidden, cos, sin)
@@ -139,6 +142,43 @@ class LlamaStep:
                 hidden, logits = layer([hidden, cos, sin, keys[:end], values[:end], mask, kept, *head, *weights])
         self.cache.advance(q)
         return logits
+
+    def _decoded(
+        self,
+        decoder: Int8Decoder,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,
+        keep: int | torch.Tensor,
+    ) -> torch.Tensor:
+        """A step through the int8 decoder: every layer and the head in one call. A prompt (no mask) goes in
+        chunks of :data:`~core.runtime.compiled.int8_decoder.PROMPT_CHUNK` tokens, each attending to the
+        cache and causally to itself."""
+        q = hidden.shape[1]
+        rows = torch.arange(q - keep, q) if isinstance(keep, int) else keep
+        like = hidden.new_empty(1, self.kv_heads, q, self.head_dim)
+        keys, values = zip(*(self.cache.buffers(index, like) for index in range(len(self.layers))))
+        chunk = q if mask is not None else PROMPT_CHUNK
+        logits = []
+        with _profiler_label(COMPILED_LAYERS):
+            for start in range(0, q, chunk):
+                end = min(q, start + chunk)
+                kept = rows[(rows >= start) & (rows < end)] - start
+                logits.append(
+                    decoder(
+                        hidden[0, start:end],
+                        cos[0, start:end],
+                        sin[0, start:end],
+                        keys,
+                        values,
+                        self.cache.length + start,
+                        mask,
+                        kept,
+                    )
+                )
+        self.cache.advance(q)
+        return logits[0] if len(logits) == 1 else torch.cat(logits)
 
     def _attention(
         self,

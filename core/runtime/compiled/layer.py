@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.runtime.compiled import kernels
 from core.runtime.weights.fused import HeadWeights, LayerWeights
 
 HEAD_STAND_IN_ROWS = (
@@ -45,11 +44,10 @@ class LayerSpec:
     dtype: torch.dtype  # the model's activations'
     fp32_products: bool  # products read fp32 input, int8 ones in fused reductions (see DecoderLayer)
     rows: bool = False  # the layer over any number of new tokens (``rows_layer.RowsLayer``), else the 1-token one
-    integer_activations: bool = False  # the rows layer's int8 products through our kernel, and it runs every step
-    # (:mod:`~core.runtime.compiled.kernels`; :class:`~core.runtime.compiled.rows_layer.RowsLayer`)
-    code: int = 6  # the layers' version: a package compiled from older code is not loaded (3: every float
+    code: int = 7  # the layers' version: a package compiled from older code is not loaded (3: every float
     # and int8 product a reduction; 4: the LM head inside, fp32 between the products; 5: the rows layer's
-    # attention by row, with integer int8 products; 6: that attention through our kernel)
+    # attention by row, with integer int8 products; 6: that attention through our kernel; 7: int8 on x86
+    # through the int8 decoder, no integer rows layer)
 
     @property
     def key(self) -> str:
@@ -77,12 +75,7 @@ def layer_spec(model: Any, weights: LayerWeights, head: HeadWeights, *, rows: bo
         dtype=model.get_input_embeddings().weight.dtype,
         fp32_products=isa.bit_width() >= 512,
         rows=rows,
-        integer_activations=rows and kernels.supported() and any(_is_int8(t) for t in (*weights, *head)),
     )
-
-
-def _is_int8(tensor: torch.Tensor | None) -> bool:
-    return tensor is not None and tensor.dtype == torch.int8
 
 
 class DecoderLayer(nn.Module):

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from core.runtime.compiled import kernels
+from core.runtime.compiled.int8_decoder import why_not_int8_decoder
 from core.runtime.compiled.layer import HEAD_STAND_IN_ROWS, DecoderLayer, LayerSpec, layer_spec
 from core.runtime.compiled.rows_layer import MAX_ROWS, RowsLayer
 from core.runtime.weights.fused import fuse_projections, head_weights, layer_weights
@@ -51,13 +52,32 @@ class CompileJob:
     path: Path
 
 
-def compile_jobs(model: Any) -> tuple[CompileJob, ...]:
+@dataclass(frozen=True)
+class KernelsJob:
+    """Building our kernels (what the int8 decoder needs instead of packages) into ``path``."""
+
+    path: Path
+
+
+def compile_jobs(model: Any) -> tuple[CompileJob | KernelsJob, ...]:
     """The compile jobs of a model :func:`~core.runtime.compiled.step.why_not_compilable` accepts (its
-    projections joined first): its 1-token layer and its layer over any number of new tokens; only the
-    latter where it runs every step (int8 weights through our kernels, see ``RowsLayer``: its 1-token
-    steps as fast as the 1-token layer's, and exact)."""
-    rows = compile_job(model, rows=True)
-    return (rows,) if rows.spec.integer_activations else (compile_job(model, rows=False), rows)
+    projections joined first): its 1-token layer and its layer over any number of new tokens, or where
+    the int8 decoder runs it (:mod:`~core.runtime.compiled.int8_decoder`), building our kernels."""
+    fuse_projections(model)
+    if why_not_int8_decoder(model) is None:
+        with vector_isa_from_flags():
+            return (KernelsJob(kernels.library_path()),)
+    return (compile_job(model, rows=False), compile_job(model, rows=True))
+
+
+def run_job(job: CompileJob | KernelsJob) -> None:
+    """Compile a package, or build the kernels (what a compiling child does)."""
+    if isinstance(job, KernelsJob):
+        with vector_isa_from_flags():
+            kernels.build(job.path)
+    else:
+        torch.set_num_threads(job.spec.threads)  # inductor's kernels are compiled for the parent's thread count
+        compile_package(job)
 
 
 def compile_job(model: Any, *, rows: bool) -> CompileJob:
@@ -92,8 +112,7 @@ def package_dir() -> Path:
 
 def _runner(path: Path) -> LayerRunner:
     """A package's compiled code, called directly: its Python ``__call__`` reads the call's tree spec
-    again on every call (25 us a layer here, 0.75 ms a step for 30 layers). The operators it calls
-    must be loaded first (:func:`load_operators`)."""
+    again on every call (25 us a layer here, 0.75 ms a step for 30 layers)."""
     with _quiet_torch():
         return torch._inductor.aoti_load_package(str(path)).loader.run
 
@@ -109,17 +128,8 @@ def _quiet_torch() -> Iterator[None]:
         yield
 
 
-def load_operators(spec: LayerSpec) -> None:
-    """Load the operators of our own that a layer of ``spec`` calls (building them where they are not
-    built yet); raises where they cannot be built."""
-    if spec.integer_activations:
-        with vector_isa_from_flags():
-            kernels.load()
-
-
 def load_package(job: CompileJob) -> LayerRunner | None:
     """A job's stored package, or ``None`` (and the file removed) where it does not load."""
-    load_operators(job.spec)
     path = job.path
     try:
         return _runner(path)
@@ -155,7 +165,6 @@ def compile_package(job: CompileJob) -> LayerRunner:
         # No precompiled headers: building them (two, 140 MB each, in the system's temporary folder)
         # made a first start 7 s longer, and they save a later compile less (packages are kept).
         options = {"compile_threads": 1, "realize_acc_reads_threshold": 2, "aot_inductor.precompile_headers": False}
-        load_operators(job.spec)
         with torch.no_grad(), vector_isa_from_flags(), inductor_config.patch(options):
             layer = RowsLayer(job.spec) if rows else DecoderLayer(job.spec)
             program = torch.export.export(layer, inputs, dynamic_shapes=shapes)

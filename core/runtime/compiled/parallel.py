@@ -28,7 +28,8 @@ from typing import Any
 import torch
 
 from core.progress import Cancelled
-from core.runtime.compiled.package import CompileJob, compile_jobs, compile_package
+from core.runtime.compiled import kernels
+from core.runtime.compiled.package import CompileJob, KernelsJob, compile_jobs, run_job
 from core.runtime.compiled.step import why_not_compilable
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ def compile_in_parallel(
     log.info("%d step packages compiled side by side in %.1f s", len(missing), time.perf_counter() - start)
 
 
-def start_child(job: CompileJob, stem: Path, delay_s: float = 0.0) -> tuple[subprocess.Popen, Path]:
+def start_child(job: CompileJob | KernelsJob, stem: Path, delay_s: float = 0.0) -> tuple[subprocess.Popen, Path]:
     """A child compiling ``job`` (handed over in a file next to ``stem``) at the lowest priority, and the
     file of its error output. ``delay_s``: the child waits that long first (a slow compile, for tests)."""
     job_file, errors = stem.with_suffix(".pt"), stem.with_suffix(".log")
@@ -106,14 +107,14 @@ def start_child(job: CompileJob, stem: Path, delay_s: float = 0.0) -> tuple[subp
     return child, errors
 
 
-def report_failure(child: subprocess.Popen, errors: Path, job: CompileJob) -> None:
+def report_failure(child: subprocess.Popen, errors: Path, job: CompileJob | KernelsJob) -> None:
     """Log the last line a child that failed wrote (the step is then compiled in this process, or stays eager)."""
     if child.returncode not in (0, None):
         last = (errors.read_text(encoding="utf-8", errors="replace").strip().splitlines() or [""])[-1]
         log.warning("compiling %s in a child process failed (exit %s): %s", job.path.name, child.returncode, last)
 
 
-def stop_child(child: subprocess.Popen, job: CompileJob) -> None:
+def stop_child(child: subprocess.Popen, job: CompileJob | KernelsJob) -> None:
     """Stop a child still running (cancelled), with the compiler it runs, and remove its partial package."""
     if child.poll() is not None:
         return
@@ -122,7 +123,10 @@ def stop_child(child: subprocess.Popen, job: CompileJob) -> None:
     else:
         child.kill()
     child.wait()
-    job.path.with_name(f"{job.path.stem}.{child.pid}.partial.pt2").unlink(missing_ok=True)  # see compile_package
+    if isinstance(job, KernelsJob):
+        kernels.remove_leftovers(job.path, child.pid)
+    else:
+        job.path.with_name(f"{job.path.stem}.{child.pid}.partial.pt2").unlink(missing_ok=True)  # see compile_package
 
 
 def child_command() -> list[str]:
@@ -140,9 +144,8 @@ def child_main(argv: Sequence[str]) -> int:
         _end_with_parent()
     if len(argv) == 3 and argv[1] == DELAY_OPTION:
         time.sleep(float(argv[2]))
-    job: CompileJob = torch.load(argv[0], weights_only=False)  # written by this app's parent process just before
-    torch.set_num_threads(job.spec.threads)  # inductor's kernels are compiled for the parent's thread count
-    compile_package(job)
+    job: CompileJob | KernelsJob = torch.load(argv[0], weights_only=False)  # written by this app's parent just before
+    run_job(job)
     return 0
 
 

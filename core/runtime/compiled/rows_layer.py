@@ -4,11 +4,11 @@ the LM head on the rows kept: the code AOTInductor compiles once, for any row co
 A lookahead step feeds a few to a few dozen tokens under a tree mask. Eager, such a step runs the
 layer as some forty operators with their dispatch, and its int8 products widen every weight to the
 activations' dtype before multiplying; compiled, the layer is one call whose products go through
-kernels that load each weight once for all rows (int8 ones through our kernel where the processor
-runs it, else torch's; oneDNN's and MKL's matrix products for float weights) and whose attention is
-our row-exact kernel with int8 weights, else torch's fused kernel, under the step's mask. So the step costs little
-more than a 1-token step until arithmetic catches up with reading the weights; the curve is measured
-where the app runs (``core.autotune.measure``).
+kernels that load each weight once for all rows (torch's int8 kernel; oneDNN's and MKL's matrix
+products for float weights) and whose attention is torch's fused kernel, under the step's mask. So the
+step costs little more than a 1-token step until arithmetic catches up with reading the weights; the
+curve is measured where the app runs (``core.autotune.measure``). (int8 models on x86-64 run the int8
+decoder instead, :mod:`~core.runtime.compiled.int8_decoder`.)
 """
 
 from __future__ import annotations
@@ -29,13 +29,9 @@ class RowsLayer(nn.Module):
     weights are inputs. Every layer but the last passes a stand-in head (see
     :class:`~core.runtime.compiled.layer.DecoderLayer`) and one row to keep.
 
-    Norms, rotary embedding and residuals are computed in fp32, as in the 1-token layer. With int8
-    weights on a processor that runs our integer kernel (``spec.integer_activations``) this layer runs
-    1-token steps too: its products and its attention (our kernels, :mod:`~core.runtime.compiled.kernels`)
-    give a row the same bits whichever rows share the step, so every token of a lookahead step gets
-    exactly the logits a 1-token step would give it, and greedy lookahead equals
-    plain greedy decoding bit for bit. Otherwise float products read their input in the weights' dtype,
-    int8 ones in the model's, and attention is torch's fused kernel, reading the cache in its dtype."""
+    Norms, rotary embedding and residuals are computed in fp32, as in the 1-token layer. Float products
+    read their input in the weights' dtype, int8 ones in the model's, and attention is torch's fused
+    kernel, reading the cache in its dtype."""
 
     def __init__(self, spec: LayerSpec) -> None:
         super().__init__()
@@ -78,18 +74,14 @@ class RowsLayer(nn.Module):
         key = rotate(key.view(1, q, kv_heads, head_dim).transpose(1, 2), cos, sin)
         keys[length - q :] = key[0].transpose(0, 1).to(keys.dtype)
         values[length - q :] = value.view(q, kv_heads, head_dim).to(values.dtype)
-        if spec.integer_activations:  # this layer runs every step: each row's result must not depend on the step
-            by_row = torch.ops.lookahead.attention(query[0].transpose(0, 1), keys, values, mask, head_dim**-0.5)
-            out = by_row.transpose(0, 1)[None]
-        else:
-            out = F.scaled_dot_product_attention(
-                query.to(keys.dtype),
-                keys.permute(1, 0, 2)[None],
-                values.permute(1, 0, 2)[None],
-                attn_mask=mask.to(keys.dtype)[None, None],
-                scale=head_dim**-0.5,
-                enable_gqa=heads > kv_heads,
-            )
+        out = F.scaled_dot_product_attention(
+            query.to(keys.dtype),
+            keys.permute(1, 0, 2)[None],
+            values.permute(1, 0, 2)[None],
+            attn_mask=mask.to(keys.dtype)[None, None],
+            scale=head_dim**-0.5,
+            enable_gqa=heads > kv_heads,
+        )
         x = x + _project(spec, out.transpose(1, 2).reshape(1, q, heads * head_dim).float(), *o)
         h = rms_norm(x, norm2, spec.eps)
         if joined:
@@ -101,24 +93,12 @@ class RowsLayer(nn.Module):
         return x, _project(spec, kept, head_weight, head_scales, head_bias).to(dtype)
 
 
-def int8_product(
-    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
-    """``x`` (fp32, any leading shape) times int8 weights through our integer kernel
-    (:mod:`~core.runtime.compiled.kernels`), in fp32."""
-    out = torch.ops.lookahead.int8_mm(x.reshape(-1, x.shape[-1]), weight, scales)
-    out = out.reshape(*x.shape[:-1], out.shape[-1])
-    return out if bias is None else out + bias
-
-
 def _project(
     spec: LayerSpec, x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """``x`` (fp32, any leading shape) times the weight, in fp32, through a kernel that reuses each
-    loaded weight across rows: int8 weights through our integer kernel where the spec says so, else
-    torch's, which reads ``x`` in the model's dtype (bf16 for the app's int8)."""
-    if scales is not None and weight.dtype == torch.int8 and spec.integer_activations:
-        return int8_product(x, weight, scales, bias)
+    loaded weight across rows: int8 weights through torch's, which reads ``x`` in the model's dtype (bf16
+    for the app's int8)."""
     flat = x.reshape(-1, x.shape[-1])
     if weight.dtype == torch.uint8:  # int4, packed for the CPU kernel; scales and zeros [in / group, out, 2]
         assert scales is not None

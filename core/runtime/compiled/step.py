@@ -7,7 +7,9 @@ cache and its weights (:mod:`core.runtime.compiled.layer`), compiled once into a
 (:mod:`core.runtime.compiled.package`) that every layer calls with its own weights: one for 1-token
 steps (:mod:`~core.runtime.compiled.layer`), one for lookahead's wider steps
 (:mod:`~core.runtime.compiled.rows_layer`). So the step needs plain weights (layout ``plain`` or
-``packed+rows``) or quantized ones. Whether each pays is measured where the app runs (``core.autotune``).
+``packed+rows``) or quantized ones. int8 models on x86-64 run every step through our kernel instead
+(:mod:`~core.runtime.compiled.int8_decoder`), which needs no package. Whether each pays is measured
+where the app runs (``core.autotune``).
 """
 
 from __future__ import annotations
@@ -19,9 +21,18 @@ from typing import Any
 import torch
 
 from core.runtime.architecture import supports_llama_step
+from core.runtime.compiled import kernels
+from core.runtime.compiled.int8_decoder import Int8Decoder, why_not_int8_decoder
 from core.runtime.compiled.layer import HEAD_STAND_IN_ROWS, LayerSpec, layer_spec
-from core.runtime.compiled.package import LayerRunner, compile_jobs, compile_package, load_package, scratch_inputs
-from core.runtime.weights.fused import HeadWeights, LayerWeights, head_weights, layer_weights
+from core.runtime.compiled.package import (
+    LayerRunner,
+    compile_jobs,
+    compile_package,
+    load_package,
+    scratch_inputs,
+    vector_isa_from_flags,
+)
+from core.runtime.weights.fused import HeadWeights, LayerWeights, fuse_projections, head_weights, layer_weights
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +57,7 @@ def why_not_compilable(model: Any, *, weights: bool = True) -> str | None:
 
 @dataclass(frozen=True)
 class CompiledInputs:
-    """The compiled layers and the tensors each call takes after the step's own inputs."""
+    """The compiled layers and the tensors each call takes after the step's own inputs, or the int8 decoder."""
 
     one_token: LayerRunner | None  # 1-token steps (``None``: eager)
     rows: (
@@ -55,6 +66,7 @@ class CompiledInputs:
     layers: list[tuple[torch.Tensor, ...]]  # every layer's weights
     head: tuple[torch.Tensor, ...]  # the final norm and LM head (for the last layer)
     stand_in: tuple[torch.Tensor, ...]  # a few of the head's rows (for the others)
+    decoder: Int8Decoder | None = None  # every step, the prompt's included (the layers are then ``None``)
 
 
 @dataclass(frozen=True)
@@ -68,19 +80,28 @@ class CompiledLayer:
 @dataclass(frozen=True)
 class CompiledStep:
     """A model's compiled layers: for 1-token steps, and for steps of more new tokens (lookahead's); a
-    ``None`` one leaves those steps eager (where it did not measure faster, say)."""
+    ``None`` one leaves those steps eager (where it did not measure faster, say). Or, for an int8 model on
+    x86-64, the int8 decoder, which runs every step (it counts as the rows layer: lookahead's steps run it)."""
 
     one_token: CompiledLayer | None
     rows: CompiledLayer | None
+    decoder: Int8Decoder | None = None
 
     def only(self, *, one_token: bool, rows: bool) -> CompiledStep | None:
         """This step with only the layers asked for (``None`` when that leaves none)."""
+        if self.decoder is not None:
+            return self if rows else None
         kept = CompiledStep(self.one_token if one_token else None, self.rows if rows else None)
         return kept if kept.one_token is not None or kept.rows is not None else None
 
     def inputs(self, model: Any) -> CompiledInputs | None:
         """The layers with every layer's weights of ``model`` as they take them; ``None`` (eager) when the
         model changed since they were compiled (converted to another dtype, say)."""
+        if self.decoder is not None:
+            if not self.decoder.reads(model):
+                log.warning("the decoding step runs eager: the model changed since its int8 decoder was made")
+                return None
+            return CompiledInputs(None, None, [], (), (), self.decoder)
         weights, head = layer_weights(model), head_weights(model)
         layers = [layer for layer in (self.one_token, self.rows) if layer is not None]
         if (
@@ -102,7 +123,8 @@ class CompiledStep:
 def compile_step(model: Any) -> CompiledStep | str:
     """The compiled layers of ``model`` (for 1-token steps and for wider ones): from the package cache,
     else compiled now (and stored); each run once on scratch buffers. Joins the model's projections
-    first (``core.runtime.weights.fused``).
+    first (``core.runtime.weights.fused``). An int8 model our kernels run gets the int8 decoder instead
+    (the kernels built now where they are not yet).
 
     Returns why it cannot, where it cannot (the model then keeps the eager step). Compiling needs a C++
     compiler; any failure of inductor is caught and reported here.
@@ -110,6 +132,17 @@ def compile_step(model: Any) -> CompiledStep | str:
     reason = why_not_compilable(model)
     if reason is not None:
         return reason
+    fuse_projections(model)
+    if why_not_int8_decoder(model) is None:
+        try:
+            with vector_isa_from_flags():
+                kernels.load()
+        except Exception as err:  # no compiler, say; eager still answers
+            log.warning("the decoding step stays eager: building our kernels failed: %s", err)
+            return (
+                f"building our kernels failed: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+            )
+        return CompiledStep(None, None, Int8Decoder.of(model))
     try:
         layers = []
         for job in compile_jobs(model):

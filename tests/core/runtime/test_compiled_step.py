@@ -1,5 +1,6 @@
-"""The compiled steps (the 1-token layer and the rows layer, lookahead's wider steps): exact in fp32, used
-only where they can run, and eager where compiling fails."""
+"""The compiled steps (the 1-token layer and the rows layer, lookahead's wider steps; the int8 decoder for
+int8 weights on x86-64): exact in fp32, row-exact in int8, used only where they can run, and eager where
+compiling fails."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ def compiled(model) -> PreparedModel:
     step = compile_step(model)
     assert isinstance(step, CompiledStep), step
     return PreparedModel(model, step)
+
+
+def _eager_calls(prepared: PreparedModel) -> int:
+    """The eager layer calls of a decoding: the prompt's, unless the int8 decoder runs it too."""
+    return 0 if prepared.compiled is not None and prepared.compiled.decoder is not None else 1
 
 
 def _prompt(seed: int) -> list[int]:
@@ -87,9 +93,9 @@ def test_every_row_of_a_wide_compiled_step_agrees_with_the_eager_step(compiled_f
         quantize_model(model, 8)
         prepared = compiled(model)
     model = prepared.model
-    # int8: the compiled layers round each row's activations to integers where our kernel runs, the eager
-    # step does not (weight-only, bf16 activations); else both are weight-only, in other kernels
-    integer_on = prepared.compiled is not None and prepared.compiled.rows.spec.integer_activations
+    # int8: the int8 decoder rounds each row's activations to integers where our kernel runs, the eager
+    # step does not (weight-only); else both are weight-only, in other kernels
+    integer_on = prepared.compiled is not None and prepared.compiled.decoder is not None
     assert integer_on == (weights == "int8" and kernels.supported())
     tolerance = 1e-5 if weights == "fp32" else 1e-2 if integer_on else 2e-3
     prompt = torch.tensor(_prompt(2))
@@ -119,8 +125,8 @@ def test_every_row_of_a_wide_compiled_step_agrees_with_the_eager_step(compiled_f
 def test_a_token_of_a_wide_step_gets_the_logits_of_its_own_1_token_step(compiled_fp32, weights: str) -> None:
     """A chain of k tokens (k = 2, 3, 8, 17) fed in one step behind another branch (so its cache entries
     lie elsewhere than in 1-token steps), and the same chain fed one token at a time: the same logits.
-    int8 through our integer kernel (the rows layer runs every step): bit for bit; fp32 (the 1-token
-    layer and the rows layer, other kernels): to rounding."""
+    int8 through the int8 decoder (every step): bit for bit; fp32 (the 1-token layer and the rows layer,
+    other kernels): to rounding."""
     from core.runtime.weights.quantized import quantize_model
 
     if weights == "fp32":
@@ -129,7 +135,7 @@ def test_a_token_of_a_wide_step_gets_the_logits_of_its_own_1_token_step(compiled
         model = make_model(tiny_llama_config(96), seed=7)
         quantize_model(model, 8)
         prepared = compiled(model)
-    exact = prepared.compiled.one_token is None and prepared.compiled.rows.spec.integer_activations
+    exact = prepared.compiled.decoder is not None
     assert exact == (weights == "int8" and kernels.supported())
     prompt = torch.tensor(_prompt(2))
     hidden = torch.finfo(torch.float32).min
@@ -244,7 +250,7 @@ def test_quantized_weights_compile_and_decode_as_their_eager_step(bits: int) -> 
     prepared = compiled(model)
     for prompt, expected in zip(prompts, eager):
         decoding = Decoding(prepared, prompt, max_new_tokens=24)
-        assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == 1
+        assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == _eager_calls(prepared)
         assert decoding.tokens == expected.tokens
 
 
@@ -263,7 +269,7 @@ def test_models_loaded_one_after_another_each_run_their_own_compiled_step() -> N
     prepared = [compiled(model) for model in models]
     for model in prepared:
         decoding = Decoding(model, _prompt(1), max_new_tokens=12)
-        assert _layer_calls(model.model, lambda decoding=decoding: list(decoding)) == 1
+        assert _layer_calls(model.model, lambda decoding=decoding: list(decoding)) == _eager_calls(model)
         expected = Decoding(model.model, _prompt(1), max_new_tokens=12)  # eager
         list(expected)
         assert decoding.tokens == expected.tokens
@@ -313,7 +319,7 @@ def test_without_a_compiler_a_fresh_process_measures_on_with_the_eager_step(tmp_
     torch.backends.cpu.get_cpu_capability() != "AVX512",
     reason="needs AVX-512 to emulate AVX2 (on an AVX2 processor every other test here runs that form)",
 )
-def test_with_avx2_the_products_read_the_model_dtype_and_int8_takes_our_integer_kernel(tmp_path) -> None:
+def test_with_avx2_the_products_read_the_model_dtype_and_int8_takes_the_int8_decoder(tmp_path) -> None:
     """The form the compiled step takes on processors without AVX-512 (emulated: ATEN_CPU_CAPABILITY=avx2)
     decodes as the eager step does, for float and int8 weights."""
     import os
@@ -325,18 +331,19 @@ def test_with_avx2_the_products_read_the_model_dtype_and_int8_takes_our_integer_
         "from core.lookahead import Decoding\n"
         "from core.runtime.weights.quantized import quantize_model\n"
         "from core.runtime.compiled.parallel import compile_in_parallel\n"
-        "from tests.core.runtime.test_compiled_step import _layer_calls, _prompt, compiled\n"
+        "from tests.core.runtime.test_compiled_step import _eager_calls, _layer_calls, _prompt, compiled\n"
         "models = {bits: make_model(tiny_llama_config(96), seed=7) for bits in (None, 8)}\n"
         "quantize_model(models[8], 8)\n"
         "compile_in_parallel(list(models.values()))  # side by side, as calibration compiles them\n"
         "for bits, model in models.items():\n"
         "    eager = Decoding(model, _prompt(0), max_new_tokens=24); list(eager)\n"
         "    prepared = compiled(model)\n"
-        "    spec = prepared.compiled.rows.spec\n"
-        "    assert 'avx2' in spec.machine and not spec.fp32_products, spec\n"
-        "    assert spec.integer_activations == (bits == 8), spec\n"
+        "    assert (prepared.compiled.decoder is not None) == (bits == 8), prepared.compiled\n"
+        "    if bits is None:\n"
+        "        spec = prepared.compiled.rows.spec\n"
+        "        assert 'avx2' in spec.machine and not spec.fp32_products, spec\n"
         "    decoding = Decoding(prepared, _prompt(0), max_new_tokens=24)\n"
-        "    assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == 1\n"
+        "    assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == _eager_calls(prepared)\n"
         "    assert decoding.tokens == eager.tokens, (bits, decoding.tokens, eager.tokens)\n"
         "print('ok')\n"
     )

@@ -1,12 +1,19 @@
-"""Our CPU kernels (int8 weights x integer activations; attention over the cache): what each computes,
-and exactly the same for a row whichever rows share the call."""
+"""Our CPU kernel, ``lookahead::int8_decoder`` (a whole int8 decoding step in one call): what it computes,
+and exactly the same logits for a token whichever tokens share its step."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import pytest
 import torch
 
 from core.runtime.compiled import kernels
+from core.runtime.compiled.int8_decoder import Int8Decoder, why_not_int8_decoder
+from core.runtime.weights.fused import fuse_projections
+from core.runtime.weights.quantized import Int8WeightLinear, quantize_model
+from tests.conftest import make_model, tiny_llama_config
 
 pytestmark = pytest.mark.skipif(not kernels.supported(), reason="the kernels need an x86-64 processor with AVX2")
 
@@ -28,69 +35,82 @@ def expected_levels(inputs: int) -> int:
 
 @pytest.mark.parametrize("inputs", [8, 576, 11008])
 def test_the_kernel_rounds_to_bytes_where_it_multiplies_bytes(inputs: int) -> None:
-    assert torch.ops.lookahead.int8_mm_levels(inputs) == expected_levels(inputs)
+    assert torch.ops.lookahead.int8_levels(inputs) == expected_levels(inputs)
+    assert kernels.activation_bits() == (8 if expected_levels(1) == 127 else 16)
 
 
-def reference(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """The product the kernel promises, in float64: each row rounded to integers at its own scale
-    (amax / levels, :func:`expected_levels`)."""
-    levels = expected_levels(x.shape[-1])
-    amax = x.abs().amax(-1, keepdim=True)
-    inverse = torch.full_like(amax, levels) / amax  # in fp32 as the kernel divides (levels / amax rounds otherwise)
-    quantized = torch.round(x * torch.where(amax > 0, inverse, 0))
-    return (quantized.double() @ weight.double().t()) * (amax.double() / levels) * scales.double()
+def int8_model(seed: int = 0, **config) -> torch.nn.Module:
+    """A tiny random LLaMA with int8 weights (head included), its projections joined: what the decoder reads."""
+    model = make_model(tiny_llama_config(96, **config), seed=seed)
+    quantize_model(model, 8)
+    fuse_projections(model)
+    assert why_not_int8_decoder(model) is None
+    return model
+
+
+@contextlib.contextmanager
+def rounded_activations(model: torch.nn.Module) -> Iterator[None]:
+    """The model's eager int8 products with each input row rounded as the kernel promises: to integers at
+    the row's own scale (amax / levels, the division in fp32), nearest even."""
+
+    def round_rows(module: Int8WeightLinear, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
+        x = args[0]
+        levels = expected_levels(x.shape[-1])
+        amax = x.abs().amax(-1, keepdim=True)
+        inverse = torch.where(amax > 0, torch.full_like(amax, levels) / amax, 0)
+        return (torch.round(x * inverse) * (amax / levels),)
+
+    hooks = [m.register_forward_pre_hook(round_rows) for m in model.modules() if isinstance(m, Int8WeightLinear)]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+class Step:
+    """Steps of ``model`` through the decoder over caches of its own (``[capacity, kv_heads, head_dim]``)."""
+
+    def __init__(self, model: torch.nn.Module, cache_dtype: torch.dtype = torch.float32, capacity: int = 128) -> None:
+        config = model.config
+        self.model, self.decoder = model, Int8Decoder.of(model)
+        shape = (capacity, config.num_key_value_heads, self.decoder.head_dim)
+        self.keys = [torch.zeros(shape, dtype=cache_dtype) for _ in model.model.layers]
+        self.values = [torch.zeros(shape, dtype=cache_dtype) for _ in model.model.layers]
+
+    def __call__(
+        self, ids: torch.Tensor, positions: torch.Tensor, past: int, mask: torch.Tensor | None = None, rows=None
+    ) -> torch.Tensor:
+        hidden = self.model.model.embed_tokens(ids[None])
+        cos, sin = self.model.model.rotary_emb(hidden, positions[None])
+        rows = torch.arange(len(ids)) if rows is None else rows
+        return self.decoder(hidden[0], cos[0], sin[0], self.keys, self.values, past, mask, rows)
 
 
 @pytest.mark.parametrize(
-    ("rows", "inputs", "outputs"),
-    [(1, 576, 960), (5, 576, 7), (3, 100, 13), (17, 1536, 6), (2, 8, 5), (9, 200, 33), (32, 576, 70)],
+    "config",
+    [
+        {},  # head size 16, two query heads per kv head
+        dict(hidden_size=288, num_attention_heads=9, num_key_value_heads=3, intermediate_size=200),  # 32
+        dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=4, attention_bias=True, mlp_bias=True),
+        dict(hidden_size=160, num_attention_heads=2, num_key_value_heads=1, intermediate_size=96),  # 80
+        dict(hidden_size=256, num_attention_heads=2, num_key_value_heads=2, num_hidden_layers=1),  # 128
+    ],
 )
-def test_the_kernel_computes_the_quantized_product(rows: int, inputs: int, outputs: int) -> None:
-    """Any shape (inputs past a vector multiple, outputs past a multiple of 4, odd row counts, rows past a block
-    of 8), the full int8 range."""
-    generator = torch.Generator().manual_seed(rows * inputs + outputs)
-    x = torch.randn(rows, inputs, generator=generator) * 3
-    weight = torch.randint(-128, 128, (outputs, inputs), dtype=torch.int8, generator=generator)
-    weight[0, 0] = -128
-    scales = torch.rand(outputs, generator=generator) / 100
-    out = torch.ops.lookahead.int8_mm(x, weight, scales)
-    expected = reference(x, weight, scales)
-    assert out.dtype == torch.float32 and out.shape == (rows, outputs)
-    assert torch.allclose(out.double(), expected, rtol=1e-6, atol=1e-6 * expected.abs().max().item())
-
-
-@pytest.mark.parametrize("rows", [2, 3, 8, 17])
-def test_a_row_gets_the_same_bits_whichever_rows_share_the_call(rows: int) -> None:
-    """What makes lookahead's wide steps exact: a row's product does not depend on the other rows."""
-    generator = torch.Generator().manual_seed(rows)
-    x = torch.randn(rows, 576, generator=generator)
-    x[1] = 0  # a row of zeros: scale 0, products 0
-    weight = torch.randint(-127, 128, (960, 576), dtype=torch.int8, generator=generator)
-    scales = torch.rand(960, generator=generator) / 100
-    together = torch.ops.lookahead.int8_mm(x, weight, scales)
-    for row in range(rows):
-        assert torch.equal(torch.ops.lookahead.int8_mm(x[row : row + 1], weight, scales)[0], together[row]), row
-    assert not together[1].any()
-
-
-@pytest.mark.parametrize("inputs", [576, 1536, 11008])
-def test_the_largest_sums_do_not_overflow(inputs: int) -> None:
-    """Every input at its row's maximum and every weight -128: the int32 sum at its largest."""
-    x = torch.ones(1, inputs)
-    weight = torch.full((4, inputs), -128, dtype=torch.int8)
-    out = torch.ops.lookahead.int8_mm(x, weight, torch.ones(4))
-    assert torch.allclose(out, torch.full((1, 4), -128.0 * inputs), rtol=1e-6)
-
-
-def attention_reference(
-    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor
-) -> torch.Tensor:
-    """Softmax attention in float64: query [q, heads, d], keys and values [length, kv_heads, d], mask [q, length]."""
-    group = query.shape[1] // keys.shape[1]
-    k = keys.double().repeat_interleave(group, dim=1)  # [length, heads, d]
-    v = values.double().repeat_interleave(group, dim=1)
-    scores = torch.einsum("qhd,lhd->hql", query.double(), k) * query.shape[-1] ** -0.5 + mask.double()
-    return torch.einsum("hql,lhd->qhd", torch.softmax(scores, dim=-1), v)
+def test_the_decoder_computes_the_model_with_rounded_activations(config: dict) -> None:
+    """Every layer's norms, rotary embedding, grouped attention, SiLU, biases and residuals, the head: the
+    eager model's logits, each product's input rows rounded as the kernel's, to fp32's rounding (a sum in
+    another order may round an activation to the next level now and then)."""
+    model = int8_model(seed=len(config), **config)
+    ids = torch.randint(3, 96, (21,), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad(), rounded_activations(model):
+        expected = model(ids[None]).logits[0]
+    with torch.no_grad():
+        logits = Step(model)(ids, torch.arange(21), 0)
+    assert logits.dtype == torch.float32 and logits.shape == expected.shape
+    close = torch.isclose(logits, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
+    assert close.float().mean() > 0.99, (logits - expected).abs().max()
+    assert torch.equal(logits.argmax(-1), expected.argmax(-1))
 
 
 def tree_mask(rows: int, past: int, generator: torch.Generator) -> torch.Tensor:
@@ -104,39 +124,42 @@ def tree_mask(rows: int, past: int, generator: torch.Generator) -> torch.Tensor:
     return mask
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(
-    ("rows", "heads", "kv_heads", "head_dim"), [(1, 9, 3, 64), (3, 4, 4, 32), (8, 8, 2, 40), (17, 9, 3, 64)]
-)
-def test_attention_computes_softmax_attention(
-    dtype: torch.dtype, rows: int, heads: int, kv_heads: int, head_dim: int
-) -> None:
-    """Grouped query heads, a head size past a multiple of the vector width (40), bf16 or fp32 caches."""
-    generator = torch.Generator().manual_seed(rows * heads + head_dim)
-    past = 37
-    query = torch.randn(rows, heads, head_dim, generator=generator)
-    keys = torch.randn(past + rows, kv_heads, head_dim, generator=generator).to(dtype)
-    values = torch.randn(past + rows, kv_heads, head_dim, generator=generator).to(dtype)
-    mask = tree_mask(rows, past, generator)
-    out = torch.ops.lookahead.attention(query, keys, values, mask.to(dtype), head_dim**-0.5)
-    assert out.dtype == torch.float32 and out.shape == query.shape
-    assert torch.allclose(out.double(), attention_reference(query, keys, values, mask), atol=1e-5)
-
-
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [2, 3, 8, 17])
-def test_attention_gives_a_row_the_bits_of_its_own_step(rows: int) -> None:
-    """What makes lookahead's wide steps exact: a row of a step under a tree mask gets the bits it gets
-    alone, over only the entries it sees, laid out one after another (as they are once accepted)."""
+def test_a_token_gets_the_logits_of_its_own_1_token_step(rows: int, cache_dtype: torch.dtype) -> None:
+    """What makes greedy lookahead exact in int8: each token of a step under a tree mask gets the bits of a
+    1-token step over only the entries it sees, laid out one after another (as they are once accepted);
+    and a step that keeps some rows gives those rows' logits alone."""
+    model = int8_model(seed=rows, hidden_size=288, num_attention_heads=9, num_key_value_heads=3)
     generator = torch.Generator().manual_seed(rows)
-    past = 250
-    query = torch.randn(rows, 9, 64, generator=generator)
-    keys = torch.randn(past + rows, 3, 64, generator=generator).bfloat16()
-    values = torch.randn(past + rows, 3, 64, generator=generator).bfloat16()
-    mask = tree_mask(rows, past, generator)
-    together = torch.ops.lookahead.attention(query, keys, values, mask.bfloat16(), 0.125)
-    for row in range(rows):
-        seen = mask[row] == 0
-        alone = torch.ops.lookahead.attention(
-            query[row : row + 1], keys[seen], values[seen], torch.zeros(1, int(seen.sum())).bfloat16(), 0.125
-        )
-        assert torch.equal(alone[0], together[row]), row
+    past = 40
+    step = Step(model, cache_dtype)
+    with torch.no_grad():
+        step(torch.randint(3, 96, (past,), generator=generator), torch.arange(past), 0, rows=torch.arange(0))
+        ids = torch.randint(3, 96, (rows,), generator=generator)
+        positions = past + torch.randint(0, rows, (rows,), generator=generator)  # a tree's depths
+        mask = tree_mask(rows, past, generator)
+        together = step(ids, positions, past, mask)
+        kept = torch.tensor([rows - 1, 0])
+        assert torch.equal(step(ids, positions, past, mask, rows=kept), together[kept])
+        for row in range(rows):
+            seen = (mask[row] == 0).nonzero()[:-1, 0]  # the entries before its own
+            alone = Step(model, cache_dtype)
+            for mine, whole in zip(alone.keys + alone.values, step.keys + step.values):
+                mine[: len(seen)] = whole[seen]
+            logits = alone(ids[row : row + 1], positions[row : row + 1], len(seen))
+            assert torch.equal(logits[0], together[row]), row
+            for mine, whole in zip(alone.keys + alone.values, step.keys + step.values):
+                assert torch.equal(mine[len(seen)], whole[past + row])  # its own cache entries alike
+
+
+def test_bad_inputs_are_clear_errors() -> None:
+    model = int8_model()
+    step = Step(model)
+    ids = torch.tensor([5, 6, 7])
+    with pytest.raises(RuntimeError, match=r"mask \[q, past \+ q\]"):
+        step(ids, torch.arange(3), 0, torch.zeros(3, 4))
+    with pytest.raises(RuntimeError, match="rows within the step"):
+        step(ids, torch.arange(3), 0, rows=torch.tensor([3]))
+    with pytest.raises(RuntimeError, match="capacity >= past"):
+        step(ids, torch.arange(3), 126)

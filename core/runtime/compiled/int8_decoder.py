@@ -1,0 +1,135 @@
+"""The int8 decoder: a whole decoding step of an int8 model, every layer and the head, in one call into our kernel.
+
+Through compiled layers a step is thirty calls, each some ten parallel regions (products, attention,
+inductor's fused loops) that fork and join the threads, and allocations and conversions per operator:
+beside reading the weights, a quarter to a third of a 1-token step. ``lookahead::int8_decoder``
+(:mod:`~core.runtime.compiled.kernels`) runs the whole step in one parallel region, its threads
+meeting at five barriers a layer, and needs nothing compiled per model (only the kernel library, built
+once). Each row is computed on its own, so every token of a lookahead step gets exactly the logits of a
+1-token step, and it takes any number of rows: a prompt goes through it too, in chunks of
+:data:`PROMPT_CHUNK` tokens, where the eager step widens every int8 weight for every product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from core.runtime.compiled import kernels
+from core.runtime.weights.fused import head_weights, layer_weights
+
+PROMPT_CHUNK = 64
+"""Tokens of a prompt fed at a time: the scores of a chunk ``[tokens, heads, cache]`` stay small."""
+
+HEAD_DIMS = (16, 32, 64, 80, 96, 128)
+"""The head sizes the kernel's attention takes (``row_attention.h``: whole pairs of vectors of 8)."""
+
+
+def why_not_int8_decoder(model: Any) -> str | None:
+    """Why the int8 decoder cannot run ``model`` (``None`` when it can): it takes a LLaMA-family model whose
+    projections are joined int8 ones (``core.runtime.weights.fused``), an int8 head, and an x86-64 processor
+    with AVX2."""
+    if not kernels.supported():
+        return "our kernels need an x86-64 processor with AVX2 and the kernel sources"
+    weights, head = layer_weights(model), head_weights(model)
+    if weights is None or head is None:
+        return "no weights it can read"
+    if any(len(layer) != 2 + 3 * 4 for layer in weights):
+        return "projections not joined"
+    if any(t.dtype != torch.int8 for layer in weights for t in layer[2:6]) or head[1].dtype != torch.int8:
+        return "not int8 weights"
+    config = model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    if head_dim not in HEAD_DIMS or heads % kv_heads:
+        return f"head size {head_dim} with {heads} heads over {kv_heads}"
+    return None
+
+
+@dataclass(frozen=True)
+class Int8Decoder:
+    """A model's tensors as ``lookahead::int8_decoder`` takes them (norms and scales in fp32, made once), and
+    its shapes. The kernels must be loaded (:func:`~core.runtime.compiled.kernels.load`)."""
+
+    weights: tuple[torch.Tensor, ...]
+    biases: tuple[torch.Tensor | None, ...]
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    head_eps: float
+    source: tuple[int, ...]  # where the model's int8 weights lie: a model converted since reads otherwise
+
+    @classmethod
+    def of(cls, model: Any) -> Int8Decoder:
+        """The decoder of ``model`` (which :func:`why_not_int8_decoder` accepts)."""
+        weights, head = layer_weights(model), head_weights(model)
+        assert weights is not None and head is not None
+        tensors: list[torch.Tensor] = []
+        biases: list[torch.Tensor | None] = []
+        for layer in weights:
+            norms, projections, scales, layer_biases = layer[:2], layer[2:6], layer[6:10], layer[10:14]
+            tensors += [*(n.float().contiguous() for n in norms), *projections]
+            tensors += [s.float().contiguous() for s in scales]  # type: ignore[union-attr]
+            biases += [None if b is None else b.float().contiguous() for b in layer_biases]
+        norm, weight, scales, bias = head
+        assert scales is not None
+        tensors += [norm.float().contiguous(), weight, scales.float().contiguous()]
+        biases.append(None if bias is None else bias.float().contiguous())
+        config = model.config
+        heads = config.num_attention_heads
+        return cls(
+            tuple(tensors),
+            tuple(biases),
+            heads,
+            config.num_key_value_heads,
+            getattr(config, "head_dim", None) or config.hidden_size // heads,
+            float(model.model.layers[0].input_layernorm.variance_epsilon),
+            float(model.model.norm.variance_epsilon),
+            _source(model),
+        )
+
+    def reads(self, model: Any) -> bool:
+        """Whether this decoder still reads ``model``'s weights (not converted or replaced since)."""
+        return why_not_int8_decoder(model) is None and _source(model) == self.source
+
+    def __call__(
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        keys: Sequence[torch.Tensor],
+        values: Sequence[torch.Tensor],
+        past: int,
+        mask: torch.Tensor | None,
+        rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """The fp32 logits ``[len(rows), vocabulary]`` of a step of ``q`` tokens: ``hidden``, ``cos``, ``sin``
+        ``[q, ...]``; each layer's cache ``[capacity, kv_heads, head_dim]`` with ``past`` entries, this step's
+        written after them; ``mask`` ``[q, past + q]`` additive, or ``None`` (causal)."""
+        return torch.ops.lookahead.int8_decoder(
+            hidden,
+            cos,
+            sin,
+            list(keys),
+            list(values),
+            past,
+            mask,
+            rows,
+            list(self.weights),
+            list(self.biases),
+            self.heads,
+            self.kv_heads,
+            self.eps,
+            self.head_eps,
+        )
+
+
+def _source(model: Any) -> tuple[int, ...]:
+    weights, head = layer_weights(model), head_weights(model)
+    if weights is None or head is None:
+        return ()
+    return (*(t.data_ptr() for layer in weights for t in layer[2:6]), head[1].data_ptr())

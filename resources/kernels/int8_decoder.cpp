@@ -1,0 +1,244 @@
+// A whole decoding step of an int8 LLaMA-family model for the CPU, as a torch operator: lookahead::int8_decoder.
+//
+// Every decoder layer, then the final norm and the LM head on the rows kept, in one call and one parallel
+// region: the threads meet at a barrier between the layer's parts (5 a layer) instead of forking and
+// joining for every operator (about 300 parallel regions a step through compiled layers, a quarter of a
+// step's time spent waiting), and nothing is allocated or converted per operator. The products are
+// int8_products.h's (integer activations, exact int32 sums), the attention row_attention.h's, and
+// every other part (norms, rotary embedding, SiLU, residuals) runs each row on its own in fp32 in a fixed
+// order. So a row's logits do not depend on the rows beside it: every token of a lookahead step gets
+// exactly the logits a 1-token step gives it, and greedy lookahead equals greedy plain decoding bit for bit.
+//
+// The residual stream stays in fp32 from layer to layer; the cache holds the model's dtype (bf16 or fp32).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "int8_products.h"
+#include "row_attention.h"
+
+namespace lookahead {
+namespace {
+
+constexpr int64_t kLayerTensors = 10;  // norm1, norm2, then qkv, o, gate_up, down weights, then their scales
+constexpr int64_t kHeadTensors = 3;    // the final norm, the head's weight, its scales
+constexpr int64_t kLayerBiases = 4;    // qkv, o, gate_up, down (the head's last)
+
+// A row's RMS norm in fp32: sum of squares in a fixed order (8 lanes, then their tree), then weight * (x / rms).
+void rms_norm(const float* x, const float* weight, int64_t H, float eps, float* out) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= H; k += 8) {
+    const __m256 v = _mm256_loadu_ps(x + k);
+    acc = _mm256_fmadd_ps(v, v, acc);
+  }
+  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  float sum = _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)));
+  for (; k < H; ++k) sum += x[k] * x[k];
+  const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(H) + eps);
+  for (k = 0; k < H; ++k) out[k] = weight[k] * (x[k] * inverse);
+}
+
+// Rotary embedding of one head in place: x * cos + rotate_half(x) * sin.
+void rotate(float* x, const float* cos, const float* sin, int64_t d) {
+  const int64_t half = d / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = x[i], b = x[i + half];
+    x[i] = a * cos[i] - b * sin[i];
+    x[i + half] = b * cos[i + half] + a * sin[i + half];
+  }
+}
+
+// This thread's share [begin, end) of n items.
+std::pair<int64_t, int64_t> share(int64_t n, int thread, int threads) {
+  return {n * thread / threads, n * (thread + 1) / threads};
+}
+
+float bias_of(const std::vector<const float*>& biases, int64_t index, int64_t n) {
+  return biases[index] ? biases[index][n] : 0.0f;
+}
+
+template <typename T>
+void store(T* cache, const float* from, int64_t d) {
+  for (int64_t c = 0; c < d; ++c) cache[c] = static_cast<T>(from[c]);
+}
+
+template <typename T>
+void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys,
+            at::TensorList values, int64_t past, const float* mask, const at::Tensor& rows, at::TensorList weights,
+            const std::vector<const float*>& biases, int64_t heads, int64_t kv_heads, float eps, float head_eps,
+            at::Tensor& logits) {
+  const int64_t layers = static_cast<int64_t>(keys.size());
+  const int64_t q = hidden.size(0), H = hidden.size(1), d = cos.size(1);
+  const int64_t Nqkv = weights[2].size(0), I = weights[4].size(0) / 2, V = logits.size(1), kept = rows.size(0);
+  const int64_t group = heads / kv_heads, length = past + q;
+  const auto options = hidden.options();
+  at::Tensor x = hidden.clone();  // the residual stream, fp32
+  at::Tensor qkv = at::empty({q, Nqkv}, options), attention = at::empty({q, heads * d}, options);
+  at::Tensor mlp = at::empty({q, I}, options), scores = at::empty({q, heads, length}, options);
+  at::Tensor denominators = at::empty({q, heads}, options);
+  const int threads = at::get_num_threads();
+  const int64_t widest = padded_width(std::max({H, heads * d, I})), most = std::max(q, kept);
+  at::Tensor normed = at::empty({threads, most * H}, options);
+  at::Tensor rounded = at::empty({threads, most * widest}, options.dtype(kByteActivations ? at::kChar : at::kShort));
+  float *xp = x.data_ptr<float>(), *qkvp = qkv.data_ptr<float>(), *mlpp = mlp.data_ptr<float>();
+  float* out = logits.data_ptr<float>();
+  const float *cosp = cos.data_ptr<float>(), *sinp = sin.data_ptr<float>();
+  const int64_t* kept_rows = rows.data_ptr<int64_t>();
+  const AttentionShape shape{q, past, heads, kv_heads, d, qkvp, Nqkv, mask, 1.0f / std::sqrt(static_cast<float>(d)),
+                             scores.data_ptr<float>(), denominators.data_ptr<float>(), attention.data_ptr<float>()};
+  const int64_t blocks = (length + kKeyBlock - 1) / kKeyBlock;
+  with_chunks(d, [&](auto chunks) {
+    constexpr int C = decltype(chunks)::value;
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), team = omp_get_num_threads();
+      RoundedRows in;
+      in.q = static_cast<Activation*>(rounded[t].data_ptr());
+      float* np = normed[t].data_ptr<float>();
+      for (int64_t l = 0; l < layers; ++l) {
+        const at::Tensor* w = &weights[l * kLayerTensors];
+        const int64_t b = l * kLayerBiases;
+        T* key_cache = keys[l].data_ptr<T>();
+        T* value_cache = values[l].data_ptr<T>();
+        // q, k and v by whole heads (so that this thread rotates and caches what it computed)
+        for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, w[0].data_ptr<float>(), H, eps, np + m * H);
+        in.round(np, q, H, H);
+        auto [h0, h1] = share(heads + 2 * kv_heads, t, team);
+        product(in, w[2].data_ptr<int8_t>(), w[6].data_ptr<float>(), h0 * d, h1 * d,
+                [&](int64_t m, int64_t n, float v) { qkvp[m * Nqkv + n] = v + bias_of(biases, b, n); });
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t m = 0; m < q; ++m) {
+            float* part = qkvp + m * Nqkv + h * d;
+            if (h < heads + kv_heads) rotate(part, cosp + m * d, sinp + m * d, d);
+            if (h >= heads + kv_heads)
+              store(value_cache + ((past + m) * kv_heads + h - heads - kv_heads) * d, part, d);
+            else if (h >= heads)
+              store(key_cache + ((past + m) * kv_heads + h - heads) * d, part, d);
+          }
+#pragma omp barrier
+        for (int64_t item = t; item < kv_heads * blocks; item += team)
+          score_block<T, C>(shape, key_cache, item / blocks, item % blocks * kKeyBlock);
+#pragma omp barrier
+        for (int64_t item = t; item < q * heads; item += team) soften(shape, item / heads, item % heads);
+#pragma omp barrier
+        for (int64_t item = t; item < value_items(shape); item += team) weigh_values<T>(shape, value_cache, item);
+#pragma omp barrier
+        in.round(shape.out, q, heads * d, heads * d);
+        auto [o0, o1] = share(H, t, team);
+        product(in, w[3].data_ptr<int8_t>(), w[7].data_ptr<float>(), o0, o1,
+                [&](int64_t m, int64_t n, float v) { xp[m * H + n] += v + bias_of(biases, b + 1, n); });
+#pragma omp barrier
+        // gate and up of the same channels, then silu(gate) * up
+        for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, w[1].data_ptr<float>(), H, eps, np + m * H);
+        in.round(np, q, H, H);
+        auto [g0, g1] = share(I, t, team);
+        const int8_t* gate_up = w[4].data_ptr<int8_t>();
+        const float* gate_up_scale = w[8].data_ptr<float>();
+        product(in, gate_up, gate_up_scale, g0, g1,
+                [&](int64_t m, int64_t n, float v) { mlpp[m * I + n] = v + bias_of(biases, b + 2, n); });
+        product(in, gate_up, gate_up_scale, I + g0, I + g1, [&](int64_t m, int64_t n, float v) {
+          const float gate = mlpp[m * I + n - I], up = v + bias_of(biases, b + 2, n);
+          mlpp[m * I + n - I] = gate / (1.0f + std::exp(-gate)) * up;
+        });
+#pragma omp barrier
+        in.round(mlpp, q, I, I);
+        product(in, w[5].data_ptr<int8_t>(), w[9].data_ptr<float>(), o0, o1,
+                [&](int64_t m, int64_t n, float v) { xp[m * H + n] += v + bias_of(biases, b + 3, n); });
+#pragma omp barrier
+      }
+      const at::Tensor* head = &weights[layers * kLayerTensors];
+      for (int64_t r = 0; r < kept; ++r) rms_norm(xp + kept_rows[r] * H, head[0].data_ptr<float>(), H, head_eps, np + r * H);
+      in.round(np, kept, H, H);
+      auto [v0, v1] = share(V, t, team);
+      product(in, head[1].data_ptr<int8_t>(), head[2].data_ptr<float>(), v0, v1,
+              [&](int64_t m, int64_t n, float v) { out[m * V + n] = v + bias_of(biases, layers * kLayerBiases, n); });
+    }
+  });
+}
+
+// hidden [q, H] (the step's embeddings, any float dtype); cos and sin [q, d]; keys and values: each layer's
+// cache [capacity, kv_heads, d] (bf16 or fp32), entries [0, past) filled, this step's written at
+// [past, past + q); mask [q, past + q] additive, or none for causal attention; rows [r]: the rows whose
+// logits are returned. weights: per layer norm1, norm2 (fp32), the qkv, o, gate_up (gate then up) and down
+// int8 weights, their fp32 scales; then the final norm, the head's int8 weight and scales. biases: per
+// layer qkv, o, gate_up, down, then the head's (fp32, or none). Returns the logits [r, vocabulary] in fp32.
+at::Tensor int8_decoder(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys,
+                        at::TensorList values, int64_t past, const std::optional<at::Tensor>& mask, const at::Tensor& rows,
+                        at::TensorList weights, const c10::List<std::optional<at::Tensor>>& biases, int64_t heads,
+                        int64_t kv_heads, double eps, double head_eps) {
+  const int64_t layers = static_cast<int64_t>(keys.size());
+  TORCH_CHECK(layers > 0 && values.size() == keys.size(), "int8_decoder: a key and a value cache per layer");
+  TORCH_CHECK(static_cast<int64_t>(weights.size()) == layers * kLayerTensors + kHeadTensors,
+              "int8_decoder: ", kLayerTensors, " tensors a layer and ", kHeadTensors, " for the head");
+  TORCH_CHECK(static_cast<int64_t>(biases.size()) == layers * kLayerBiases + 1, "int8_decoder: ", kLayerBiases,
+              " biases a layer and one for the head");
+  const at::Tensor x = hidden.reshape({-1, hidden.size(-1)}).to(at::kFloat).contiguous();
+  const int64_t q = x.size(0), H = x.size(1);
+  const at::Tensor c = cos.reshape({q, -1}).to(at::kFloat).contiguous(), s = sin.reshape({q, -1}).to(at::kFloat).contiguous();
+  const int64_t d = c.size(1);
+  TORCH_CHECK(attention_supports(d) && heads % kv_heads == 0, "int8_decoder: head_dim ", d, " or grouping not supported");
+  TORCH_CHECK(weights[2].size(0) == (heads + 2 * kv_heads) * d && weights[2].size(1) == H, "int8_decoder: qkv shape");
+  TORCH_CHECK(!kByteActivations || std::max(H, weights[5].size(1)) <= INT32_MAX / (255 * 127),
+              "int8_decoder: too many inputs for int32 sums");
+  for (int64_t l = 0; l < layers; ++l)
+    TORCH_CHECK(keys[l].is_contiguous() && values[l].is_contiguous() && keys[l].size(0) >= past + q &&
+                    keys[l].size(1) == kv_heads && keys[l].size(2) == d && keys[l].scalar_type() == keys[0].scalar_type() &&
+                    values[l].sizes() == keys[l].sizes() && values[l].scalar_type() == keys[0].scalar_type(),
+                "int8_decoder: caches [capacity >= past + q, kv_heads, head_dim], contiguous, of one dtype");
+  for (const at::Tensor& w : weights)
+    TORCH_CHECK(w.is_contiguous() && (w.scalar_type() == at::kChar || w.scalar_type() == at::kFloat),
+                "int8_decoder: contiguous int8 weights and fp32 norms and scales");
+  std::vector<const float*> bias_pointers;
+  std::vector<at::Tensor> bias_tensors;  // kept alive for the call
+  for (const std::optional<at::Tensor>& b : biases) {
+    if (b.has_value() && b->defined()) {
+      bias_tensors.push_back(b->to(at::kFloat).contiguous());
+      bias_pointers.push_back(bias_tensors.back().data_ptr<float>());
+    } else {
+      bias_pointers.push_back(nullptr);
+    }
+  }
+  at::Tensor m;
+  if (mask.has_value() && mask->defined()) {
+    m = mask->to(at::kFloat).contiguous();
+    TORCH_CHECK(m.dim() == 2 && m.size(0) == q && m.size(1) == past + q, "int8_decoder: mask [q, past + q]");
+  }
+  const at::Tensor r = rows.to(at::kLong).contiguous();
+  TORCH_CHECK(r.dim() == 1 && (r.numel() == 0 || (r.min().item<int64_t>() >= 0 && r.max().item<int64_t>() < q)),
+              "int8_decoder: rows within the step");
+  at::Tensor logits = at::empty({r.size(0), weights[layers * kLayerTensors + 1].size(0)}, x.options());
+  const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
+  switch (keys[0].scalar_type()) {
+    case at::kFloat:
+      decode<float>(x, c, s, keys, values, past, mp, r, weights, bias_pointers, heads, kv_heads, eps, head_eps, logits);
+      break;
+    case at::kBFloat16:
+      decode<c10::BFloat16>(x, c, s, keys, values, past, mp, r, weights, bias_pointers, heads, kv_heads, eps, head_eps,
+                            logits);
+      break;
+    default: TORCH_CHECK(false, "int8_decoder: a cache of fp32 or bf16");
+  }
+  return logits;
+}
+
+}  // namespace
+}  // namespace lookahead
+
+TORCH_LIBRARY(lookahead, m) {
+  m.def(
+      "int8_decoder(Tensor hidden, Tensor cos, Tensor sin, Tensor[] keys, Tensor[] values, int past, Tensor? mask, "
+      "Tensor rows, Tensor[] weights, Tensor?[] biases, int heads, int kv_heads, float eps, float head_eps) -> Tensor");
+  // the levels int8_decoder rounds a row of this many inputs to: 127 where it multiplies bytes (AVX-512 VNNI)
+  m.def("int8_levels(int inputs) -> int", [](int64_t inputs) { return lookahead::activation_levels(inputs); });
+}
+
+TORCH_LIBRARY_IMPL(lookahead, CPU, m) { m.impl("int8_decoder", &lookahead::int8_decoder); }
