@@ -57,6 +57,18 @@ void rotate(float* x, const float* cos, const float* sin, int64_t d) {
   }
 }
 
+// gate[i] = silu(gate[i]) * up[i] for n channels, each by the same vector code (a tail through masked
+// loads), so a channel's value does not depend on where a thread's share of channels begins.
+void silu_times(float* gate, const float* up, int64_t n) {
+  using FVec = at::vec::Vectorized<float>;
+  const FVec one(1.0f);
+  for (int64_t i = 0; i < n; i += FVec::size()) {
+    const int64_t count = std::min<int64_t>(FVec::size(), n - i);
+    const FVec g = FVec::loadu(gate + i, count), u = FVec::loadu(up + i, count);
+    (g / (one + g.neg().exp()) * u).store(gate + i, count);
+  }
+}
+
 // This thread's share [begin, end) of n items.
 std::pair<int64_t, int64_t> share(int64_t n, int thread, int threads) {
   return {n * thread / threads, n * (thread + 1) / threads};
@@ -83,13 +95,13 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
   const auto options = hidden.options();
   at::Tensor x = hidden.clone();  // the residual stream, fp32
   at::Tensor qkv = at::empty({q, Nqkv}, options), attention = at::empty({q, heads * d}, options);
-  at::Tensor mlp = at::empty({q, I}, options), scores = at::empty({q, heads, length}, options);
+  at::Tensor mlp = at::empty({q, I}, options), up = at::empty({q, I}, options), scores = at::empty({q, heads, length}, options);
   at::Tensor denominators = at::empty({q, heads}, options);
   const int threads = at::get_num_threads();
   const int64_t widest = padded_width(std::max({H, heads * d, I})), most = std::max(q, kept);
   at::Tensor normed = at::empty({threads, most * H}, options);
   at::Tensor rounded = at::empty({threads, most * widest}, options.dtype(kByteActivations ? at::kChar : at::kShort));
-  float *xp = x.data_ptr<float>(), *qkvp = qkv.data_ptr<float>(), *mlpp = mlp.data_ptr<float>();
+  float *xp = x.data_ptr<float>(), *qkvp = qkv.data_ptr<float>(), *mlpp = mlp.data_ptr<float>(), *upp = up.data_ptr<float>();
   float* out = logits.data_ptr<float>();
   const float *cosp = cos.data_ptr<float>(), *sinp = sin.data_ptr<float>();
   const int64_t* kept_rows = rows.data_ptr<int64_t>();
@@ -145,10 +157,9 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
         const float* gate_up_scale = w[8].data_ptr<float>();
         product(in, gate_up, gate_up_scale, g0, g1,
                 [&](int64_t m, int64_t n, float v) { mlpp[m * I + n] = v + bias_of(biases, b + 2, n); });
-        product(in, gate_up, gate_up_scale, I + g0, I + g1, [&](int64_t m, int64_t n, float v) {
-          const float gate = mlpp[m * I + n - I], up = v + bias_of(biases, b + 2, n);
-          mlpp[m * I + n - I] = gate / (1.0f + std::exp(-gate)) * up;
-        });
+        product(in, gate_up, gate_up_scale, I + g0, I + g1,
+                [&](int64_t m, int64_t n, float v) { upp[m * I + n - I] = v + bias_of(biases, b + 2, n); });
+        for (int64_t m = 0; m < q; ++m) silu_times(mlpp + m * I + g0, upp + m * I + g0, g1 - g0);
 #pragma omp barrier
         in.round(mlpp, q, I, I);
         product(in, w[5].data_ptr<int8_t>(), w[9].data_ptr<float>(), o0, o1,

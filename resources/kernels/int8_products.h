@@ -86,6 +86,11 @@ inline void hsum4(const Vec* a, int32_t* out) {
 #endif
 
 constexpr int kInputRows = 8;
+// How far ahead of the weight vector in use the next weights are asked for. With several rows a weight
+// vector is followed by many multiply-adds, which fill the processor's window and leave too few loads in
+// flight for the memory to stream at its speed (the hardware prefetcher alone lags): 8-row steps spent
+// most of their product time waiting on the weights.
+constexpr int64_t kPrefetchBytes = 2048;
 
 // The largest level a row of K inputs is rounded to: 127 for bytes, else int16 and no int32 sum of K
 // products with int8 weights (|w| <= 128) may overflow.
@@ -147,6 +152,7 @@ inline void tile(const int8_t* w, int64_t K, const Activation* q, int64_t padded
   int64_t k = 0;
   for (; k + kSplit * kLanes <= whole; k += kSplit * kLanes)
     for (int u = 0; u < kSplit; ++u) {
+      if ((k + u * kLanes) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(w + k + u * kLanes) + kPrefetchBytes, _MM_HINT_T0);
       const Vec wide = weights(w + k + u * kLanes);
       for (int m = 0; m < MB; ++m) acc[u][m] = multiply_add(acc[u][m], wide, load(q + m * padded + k + u * kLanes));
     }
