@@ -27,9 +27,9 @@
 namespace lookahead {
 namespace {
 
-constexpr int64_t kLayerTensors = 10;  // norm1, norm2, then qkv, o, gate_up, down weights, then their scales
+constexpr int64_t kLayerTensors = 12;  // norm1, norm2, then qkv, o, gate, up, down weights, then their scales
 constexpr int64_t kHeadTensors = 3;    // the final norm, the head's weight, its scales
-constexpr int64_t kLayerBiases = 4;    // qkv, o, gate_up, down (the head's last)
+constexpr int64_t kLayerBiases = 4;    // qkv, o, gate_up (gate then up), down (the head's last)
 
 // A row's RMS norm in fp32: sum of squares in a fixed order (8 lanes, then their tree), then weight * (x / rms).
 void rms_norm(const float* x, const float* weight, int64_t H, float eps, float* out) {
@@ -69,13 +69,26 @@ void silu_times(float* gate, const float* up, int64_t n) {
   }
 }
 
+// Whether w is an N x K weight as the products read it: packed (int8_pack) or int8 [N, K].
+bool reads(const at::Tensor& w, int64_t N, int64_t K) {
+  if (!w.is_contiguous()) return false;
+#ifdef LOOKAHEAD_PACKED_WEIGHTS
+  return w.scalar_type() == at::kByte && w.dim() == 3 && w.size(0) == (N + kChannelBlock - 1) / kChannelBlock &&
+         w.size(1) == packed_quads(K) && w.size(2) == 4 * kChannelBlock;
+#else
+  return w.scalar_type() == at::kChar && w.dim() == 2 && w.size(0) == N && w.size(1) == K;
+#endif
+}
+
 // This thread's share [begin, end) of n items.
 std::pair<int64_t, int64_t> share(int64_t n, int thread, int threads) {
   return {n * thread / threads, n * (thread + 1) / threads};
 }
 
-float bias_of(const std::vector<const float*>& biases, int64_t index, int64_t n) {
-  return biases[index] ? biases[index][n] : 0.0f;
+// This thread's share of n output channels, in whole blocks of kChannelBlock.
+std::pair<int64_t, int64_t> channel_share(int64_t n, int thread, int threads) {
+  const auto [b0, b1] = share((n + kChannelBlock - 1) / kChannelBlock, thread, threads);
+  return {std::min(n, b0 * kChannelBlock), std::min(n, b1 * kChannelBlock)};
 }
 
 template <typename T>
@@ -90,7 +103,7 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
             at::Tensor& logits) {
   const int64_t layers = static_cast<int64_t>(keys.size());
   const int64_t q = hidden.size(0), H = hidden.size(1), d = cos.size(1);
-  const int64_t Nqkv = weights[2].size(0), I = weights[4].size(0) / 2, V = logits.size(1), kept = rows.size(0);
+  const int64_t Nqkv = weights[7].size(0), I = weights[9].size(0), V = logits.size(1), kept = rows.size(0);
   const int64_t group = heads / kv_heads, length = past + q;
   const auto options = hidden.options();
   at::Tensor x = hidden.clone();  // the residual stream, fp32
@@ -125,8 +138,7 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
         for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, w[0].data_ptr<float>(), H, eps, np + m * H);
         in.round(np, q, H, H);
         auto [h0, h1] = share(heads + 2 * kv_heads, t, team);
-        product(in, w[2].data_ptr<int8_t>(), w[6].data_ptr<float>(), h0 * d, h1 * d,
-                [&](int64_t m, int64_t n, float v) { qkvp[m * Nqkv + n] = v + bias_of(biases, b, n); });
+        product(in, w[2].data_ptr(), w[7].data_ptr<float>(), h0 * d, h1 * d, Output{qkvp, Nqkv, biases[b], false});
         for (int64_t h = h0; h < h1; ++h)
           for (int64_t m = 0; m < q; ++m) {
             float* part = qkvp + m * Nqkv + h * d;
@@ -145,33 +157,28 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
         for (int64_t item = t; item < value_items(shape); item += team) weigh_values<T>(shape, value_cache, item);
 #pragma omp barrier
         in.round(shape.out, q, heads * d, heads * d);
-        auto [o0, o1] = share(H, t, team);
-        product(in, w[3].data_ptr<int8_t>(), w[7].data_ptr<float>(), o0, o1,
-                [&](int64_t m, int64_t n, float v) { xp[m * H + n] += v + bias_of(biases, b + 1, n); });
+        auto [o0, o1] = channel_share(H, t, team);
+        product(in, w[3].data_ptr(), w[8].data_ptr<float>(), o0, o1, Output{xp, H, biases[b + 1], true});
 #pragma omp barrier
         // gate and up of the same channels, then silu(gate) * up
         for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, w[1].data_ptr<float>(), H, eps, np + m * H);
         in.round(np, q, H, H);
-        auto [g0, g1] = share(I, t, team);
-        const int8_t* gate_up = w[4].data_ptr<int8_t>();
-        const float* gate_up_scale = w[8].data_ptr<float>();
-        product(in, gate_up, gate_up_scale, g0, g1,
-                [&](int64_t m, int64_t n, float v) { mlpp[m * I + n] = v + bias_of(biases, b + 2, n); });
-        product(in, gate_up, gate_up_scale, I + g0, I + g1,
-                [&](int64_t m, int64_t n, float v) { upp[m * I + n - I] = v + bias_of(biases, b + 2, n); });
+        auto [g0, g1] = channel_share(I, t, team);
+        const float* gate_up_bias = biases[b + 2];
+        product(in, w[4].data_ptr(), w[9].data_ptr<float>(), g0, g1, Output{mlpp, I, gate_up_bias, false});
+        product(in, w[5].data_ptr(), w[10].data_ptr<float>(), g0, g1,
+                Output{upp, I, gate_up_bias ? gate_up_bias + I : nullptr, false});
         for (int64_t m = 0; m < q; ++m) silu_times(mlpp + m * I + g0, upp + m * I + g0, g1 - g0);
 #pragma omp barrier
         in.round(mlpp, q, I, I);
-        product(in, w[5].data_ptr<int8_t>(), w[9].data_ptr<float>(), o0, o1,
-                [&](int64_t m, int64_t n, float v) { xp[m * H + n] += v + bias_of(biases, b + 3, n); });
+        product(in, w[6].data_ptr(), w[11].data_ptr<float>(), o0, o1, Output{xp, H, biases[b + 3], true});
 #pragma omp barrier
       }
       const at::Tensor* head = &weights[layers * kLayerTensors];
       for (int64_t r = 0; r < kept; ++r) rms_norm(xp + kept_rows[r] * H, head[0].data_ptr<float>(), H, head_eps, np + r * H);
       in.round(np, kept, H, H);
-      auto [v0, v1] = share(V, t, team);
-      product(in, head[1].data_ptr<int8_t>(), head[2].data_ptr<float>(), v0, v1,
-              [&](int64_t m, int64_t n, float v) { out[m * V + n] = v + bias_of(biases, layers * kLayerBiases, n); });
+      auto [v0, v1] = channel_share(V, t, team);
+      product(in, head[1].data_ptr(), head[2].data_ptr<float>(), v0, v1, Output{out, V, biases[layers * kLayerBiases], false});
     }
   });
 }
@@ -179,9 +186,10 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
 // hidden [q, H] (the step's embeddings, any float dtype); cos and sin [q, d]; keys and values: each layer's
 // cache [capacity, kv_heads, d] (bf16 or fp32), entries [0, past) filled, this step's written at
 // [past, past + q); mask [q, past + q] additive, or none for causal attention; rows [r]: the rows whose
-// logits are returned. weights: per layer norm1, norm2 (fp32), the qkv, o, gate_up (gate then up) and down
-// int8 weights, their fp32 scales; then the final norm, the head's int8 weight and scales. biases: per
-// layer qkv, o, gate_up, down, then the head's (fp32, or none). Returns the logits [r, vocabulary] in fp32.
+// logits are returned. weights: per layer norm1, norm2 (fp32), the qkv, o, gate, up and down int8 weights
+// (as int8_pack made them where the products read packed weights), their fp32 scales; then the final norm,
+// the head's weight and scales. biases: per layer qkv, o, gate_up (gate then up), down, then the head's
+// (fp32, or none). Returns the logits [r, vocabulary] in fp32.
 at::Tensor int8_decoder(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys,
                         at::TensorList values, int64_t past, const std::optional<at::Tensor>& mask, const at::Tensor& rows,
                         at::TensorList weights, const c10::List<std::optional<at::Tensor>>& biases, int64_t heads,
@@ -197,17 +205,30 @@ at::Tensor int8_decoder(const at::Tensor& hidden, const at::Tensor& cos, const a
   const at::Tensor c = cos.reshape({q, -1}).to(at::kFloat).contiguous(), s = sin.reshape({q, -1}).to(at::kFloat).contiguous();
   const int64_t d = c.size(1);
   TORCH_CHECK(attention_supports(d) && heads % kv_heads == 0, "int8_decoder: head_dim ", d, " or grouping not supported");
-  TORCH_CHECK(weights[2].size(0) == (heads + 2 * kv_heads) * d && weights[2].size(1) == H, "int8_decoder: qkv shape");
-  TORCH_CHECK(!kByteActivations || std::max(H, weights[5].size(1)) <= INT32_MAX / (255 * 127),
-              "int8_decoder: too many inputs for int32 sums");
+  TORCH_CHECK(weights[7].numel() == (heads + 2 * kv_heads) * d, "int8_decoder: qkv shape");
+  const int64_t I = weights[9].numel();
+  TORCH_CHECK(!kByteActivations || std::max(H, I) <= INT32_MAX / (255 * 127), "int8_decoder: too many inputs for int32 sums");
+  for (int64_t l = 0; l <= layers; ++l) {
+    const int64_t first = l * kLayerTensors;
+    const bool head = l == layers;
+    for (int64_t p = 0; p < (head ? 1 : 5); ++p) {  // each projection's weight against its scales and inputs
+      const at::Tensor& w = weights[first + (head ? 1 : 2 + p)];
+      const at::Tensor& scales = weights[first + (head ? 2 : 7 + p)];
+      const int64_t inputs = head || (p != 1 && p != 4) ? H : (p == 1 ? heads * d : I);
+      TORCH_CHECK(reads(w, scales.numel(), inputs) && scales.scalar_type() == at::kFloat && scales.is_contiguous(),
+                  "int8_decoder: weights as int8_pack makes them, and their fp32 scales");
+    }
+  }
   for (int64_t l = 0; l < layers; ++l)
     TORCH_CHECK(keys[l].is_contiguous() && values[l].is_contiguous() && keys[l].size(0) >= past + q &&
                     keys[l].size(1) == kv_heads && keys[l].size(2) == d && keys[l].scalar_type() == keys[0].scalar_type() &&
                     values[l].sizes() == keys[l].sizes() && values[l].scalar_type() == keys[0].scalar_type(),
                 "int8_decoder: caches [capacity >= past + q, kv_heads, head_dim], contiguous, of one dtype");
-  for (const at::Tensor& w : weights)
-    TORCH_CHECK(w.is_contiguous() && (w.scalar_type() == at::kChar || w.scalar_type() == at::kFloat),
-                "int8_decoder: contiguous int8 weights and fp32 norms and scales");
+  for (int64_t l = 0; l <= layers; ++l)
+    for (int64_t n = 0; n < (l == layers ? 1 : 2); ++n) {
+      const at::Tensor& norm = weights[l * kLayerTensors + n];
+      TORCH_CHECK(norm.scalar_type() == at::kFloat && norm.is_contiguous() && norm.numel() == H, "int8_decoder: fp32 norms");
+    }
   std::vector<const float*> bias_pointers;
   std::vector<at::Tensor> bias_tensors;  // kept alive for the call
   for (const std::optional<at::Tensor>& b : biases) {
@@ -226,7 +247,7 @@ at::Tensor int8_decoder(const at::Tensor& hidden, const at::Tensor& cos, const a
   const at::Tensor r = rows.to(at::kLong).contiguous();
   TORCH_CHECK(r.dim() == 1 && (r.numel() == 0 || (r.min().item<int64_t>() >= 0 && r.max().item<int64_t>() < q)),
               "int8_decoder: rows within the step");
-  at::Tensor logits = at::empty({r.size(0), weights[layers * kLayerTensors + 1].size(0)}, x.options());
+  at::Tensor logits = at::empty({r.size(0), weights[layers * kLayerTensors + 2].numel()}, x.options());
   const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
   switch (keys[0].scalar_type()) {
     case at::kFloat:
@@ -241,6 +262,20 @@ at::Tensor int8_decoder(const at::Tensor& hidden, const at::Tensor& cos, const a
   return logits;
 }
 
+// A weight [N, K] as the products read it (pack_weights); only where they read packed weights.
+at::Tensor int8_pack(const at::Tensor& weight) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kChar, "int8_pack: an int8 weight [N, K]");
+#ifdef LOOKAHEAD_PACKED_WEIGHTS
+  const at::Tensor w = weight.contiguous();
+  const int64_t N = w.size(0), K = w.size(1);
+  at::Tensor packed = at::empty({(N + kChannelBlock - 1) / kChannelBlock, packed_quads(K), 4 * kChannelBlock}, w.options().dtype(at::kByte));
+  pack_weights(w.data_ptr<int8_t>(), N, K, packed.data_ptr<uint8_t>());
+  return packed;
+#else
+  TORCH_CHECK(false, "int8_pack: this build reads the int8 weights as they are");
+#endif
+}
+
 }  // namespace
 }  // namespace lookahead
 
@@ -250,6 +285,10 @@ TORCH_LIBRARY(lookahead, m) {
       "Tensor rows, Tensor[] weights, Tensor?[] biases, int heads, int kv_heads, float eps, float head_eps) -> Tensor");
   // the levels int8_decoder rounds a row of this many inputs to: 127 where it multiplies bytes (AVX-512 VNNI)
   m.def("int8_levels(int inputs) -> int", [](int64_t inputs) { return lookahead::activation_levels(inputs); });
+  m.def("int8_pack(Tensor weight) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(lookahead, CPU, m) { m.impl("int8_decoder", &lookahead::int8_decoder); }
+TORCH_LIBRARY_IMPL(lookahead, CPU, m) {
+  m.impl("int8_decoder", &lookahead::int8_decoder);
+  m.impl("int8_pack", &lookahead::int8_pack);
+}

@@ -3,15 +3,15 @@
 // Each input row is rounded to integers at its own scale (amax / levels), the products are summed in
 // int32 (exact, so a row's result does not depend on the other rows of the step, on how they are tiled
 // or on the vector width), then scaled per row and per output channel in fp32. A thread streams its
-// weight rows front to back (one sequential read) and multiplies each vector of a row into up to 8
-// input rows' accumulators, for every block of 8 rows while the weight row is in L1.
+// weights front to back (one sequential read, asked for ahead) and multiplies each loaded weight vector
+// into up to 8 input rows' accumulators, for every block of 8 rows while the weights are in L1.
 //
-// With AVX-512 VNNI the rows are rounded to int8 (127 levels) and vpdpbusd takes 64 weights an
-// instruction: a step of 8 or more rows costs arithmetic, not bytes, and this halves it (vpdpwssd on
-// int16 takes 32). vpdpbusd multiplies unsigned by signed bytes, so the weights go in with their sign
-// bit flipped (w + 128) and 128 times the row's sum of quantized inputs is taken off again. Elsewhere
-// the rows are rounded to int16 (as many levels as int32 sums allow: 29000 for 576 inputs, 1500 for
-// 11008) and multiplied 32 (AVX-512, vpmaddwd) or 16 (AVX2) weights at a time.
+// With AVX-512 VNNI the rows are rounded to int8 (127 levels) and the weights packed once (pack_weights):
+// vpdpbusd takes 64 weights an instruction, 4 inputs of 16 channels, with the row's 4 inputs broadcast.
+// It multiplies unsigned by signed bytes, so the packed weights are w + 128 and 128 times the row's sum of
+// quantized inputs is taken off again. Elsewhere the rows are rounded to int16 (as many levels as int32
+// sums allow: 29000 for 576 inputs, 1500 for 11008), the weights stay as they are, and each weight row is
+// multiplied 32 (AVX-512, vpmaddwd) or 16 (AVX2) weights at a time, summed across lanes per channel.
 #pragma once
 
 #include <algorithm>
@@ -24,15 +24,10 @@
 namespace lookahead {
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512VNNI__)  // inductor's builder defines CPU_CAPABILITY_*
+#define LOOKAHEAD_PACKED_WEIGHTS 1
 constexpr bool kByteActivations = true;
 using Activation = int8_t;
-using Vec = __m512i;
 constexpr int64_t kLanes = 64;  // inputs a vector holds: K is read in steps of kLanes
-inline Vec weights(const int8_t* w) {  // w + 128 as unsigned bytes: the sign bit flipped
-  return _mm512_xor_si512(_mm512_loadu_si512(w), _mm512_set1_epi8(static_cast<char>(0x80)));
-}
-inline Vec load(const Activation* q) { return _mm512_loadu_si512(q); }
-inline Vec multiply_add(Vec acc, Vec w, Vec x) { return _mm512_dpbusd_epi32(acc, w, x); }
 #elif defined(CPU_CAPABILITY_AVX512)
 constexpr bool kByteActivations = false;
 using Activation = int16_t;
@@ -53,37 +48,6 @@ inline Vec load(const Activation* q) { return _mm256_loadu_si256(reinterpret_cas
 inline Vec multiply_add(Vec acc, Vec w, Vec x) { return _mm256_add_epi32(acc, _mm256_madd_epi16(w, x)); }
 #endif
 
-#if defined(CPU_CAPABILITY_AVX512)
-inline Vec zero() { return _mm512_setzero_si512(); }
-inline Vec add(Vec a, Vec b) { return _mm512_add_epi32(a, b); }
-inline int32_t hsum(Vec v) { return _mm512_reduce_add_epi32(v); }
-// out[i] = the sum of a[i]'s lanes, for 4 vectors at once: a transposing tree instead of 4 reductions
-// (with 576 inputs a reduction costs about as much as the multiply-adds it ends)
-inline void hsum4(const Vec* a, int32_t* out) {
-  const Vec ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
-  const Vec cd = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
-  Vec abcd = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));  // a b c d per 128 bits
-  abcd = _mm512_add_epi32(abcd, _mm512_shuffle_i32x4(abcd, abcd, _MM_SHUFFLE(1, 0, 3, 2)));
-  abcd = _mm512_add_epi32(abcd, _mm512_shuffle_i32x4(abcd, abcd, _MM_SHUFFLE(2, 3, 0, 1)));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_castsi512_si128(abcd));
-}
-#else
-inline Vec zero() { return _mm256_setzero_si256(); }
-inline Vec add(Vec a, Vec b) { return _mm256_add_epi32(a, b); }
-inline int32_t hsum(Vec v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
-inline void hsum4(const Vec* a, int32_t* out) {
-  const Vec ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a[0], a[1]), _mm256_unpackhi_epi32(a[0], a[1]));
-  const Vec cd = _mm256_add_epi32(_mm256_unpacklo_epi32(a[2], a[3]), _mm256_unpackhi_epi32(a[2], a[3]));
-  const Vec abcd = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
-  const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), sums);
-}
-#endif
 
 constexpr int kInputRows = 8;
 // How far ahead of the weight vector in use the next weights are asked for. With several rows a weight
@@ -103,7 +67,7 @@ inline int64_t activation_levels(int64_t K) {
 inline int64_t padded_width(int64_t K) { return (K + kLanes - 1) / kLanes * kLanes; }
 
 // Round one row of K fp32 inputs: out [padded_width(K)] (zeros past K), its scale (amax / levels) and, for
-// bytes, 128 x its sum over the vectors' inputs (what the flipped sign bits add). The same AVX2 code for
+// bytes, 128 x its sum (what the packed weights' added 128 adds). The same AVX2 code for
 // every vector width, so a row rounds the same everywhere.
 inline void quantize_row(const float* row, int64_t K, Activation* out, float* scale, int32_t* bias) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -135,9 +99,144 @@ inline void quantize_row(const float* row, int64_t K, Activation* out, float* sc
   for (; k < padded_width(K); ++k) out[k] = 0;
   int32_t total = 0;
   if constexpr (kByteActivations)
-    for (k = 0; k < K / kLanes * kLanes; ++k) total += out[k];
+    for (k = 0; k < K; ++k) total += out[k];
   *bias = 128 * total;
 }
+
+
+// A product's input rows, rounded: each thread rounds them for itself into its own buffer (the same bits in
+// every thread, and no wait for the others).
+struct RoundedRows {
+  Activation* q = nullptr;  // room for [M, padded], 64-byte aligned (each row then starts on a whole vector)
+  std::vector<float> scale;
+  std::vector<int32_t> bias;
+  int64_t M = 0, K = 0, padded = 0;
+
+  void round(const float* x, int64_t rows, int64_t inputs, int64_t stride) {
+    M = rows, K = inputs, padded = padded_width(inputs);
+    scale.resize(M), bias.resize(M);
+    for (int64_t m = 0; m < M; ++m) quantize_row(x + m * stride, K, q + m * padded, &scale[m], &bias[m]);
+  }
+};
+
+// Where a product's results go: out[m * stride + n] = v + bias[n], or += where accumulate (the residual).
+struct Output {
+  float* out;
+  int64_t stride;
+  const float* bias;  // per output channel, or nullptr
+  bool accumulate;
+};
+
+// Output channels a thread takes at a time: shares of channels are whole blocks of them.
+constexpr int64_t kChannelBlock = 16;
+
+#ifdef LOOKAHEAD_PACKED_WEIGHTS
+// The weights as the byte products read them: [ceil(N / 16), padded_width(K) / 4, 16 channels, 4 inputs],
+// each weight as an unsigned byte w + 128. One 64-byte vector then holds 4 inputs of 16 channels, and
+// vpdpbusd with a row's 4 inputs broadcast adds them into the 16 channels' sums at once: no sum across
+// lanes per channel, no sign flip per step, and the results come out as a vector of 16 channels.
+inline int64_t packed_quads(int64_t K) { return padded_width(K) / 4; }
+
+inline void pack_weights(const int8_t* w, int64_t N, int64_t K, uint8_t* packed) {
+  const int64_t quads = packed_quads(K), blocks = (N + kChannelBlock - 1) / kChannelBlock;
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t kq = 0; kq < quads; ++kq)
+      for (int64_t c = 0; c < kChannelBlock; ++c)
+        for (int64_t i = 0; i < 4; ++i) {
+          const int64_t n = b * kChannelBlock + c, k = kq * 4 + i;
+          const int8_t value = n < N && k < K ? w[n * K + k] : 0;
+          packed[((b * quads + kq) * kChannelBlock + c) * 4 + i] = static_cast<uint8_t>(value + 128);
+        }
+}
+
+// acc + the 16 channels' products of 4 inputs: w (unsigned bytes) times the 4 signed bytes at `inputs`,
+// broadcast by the instruction itself. In assembly: GCC 12 copies every accumulator of the intrinsic's loop
+// twice an iteration (14 register moves for 8 multiply-adds).
+inline __m512i multiply_add_4(__m512i acc, __m512i w, const Activation* inputs) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(inputs)));
+  return acc;
+}
+
+// Sums of MB input rows against one block of 16 channels over all inputs (int32, plus 128 x each row's sum).
+template <int MB>
+inline void block_sums(const uint8_t* block, int64_t quads, const Activation* q, int64_t padded, __m512i* sums) {
+  __m512i acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_si512();
+  for (int64_t kq = 0; kq < quads; ++kq) {
+    _mm_prefetch(reinterpret_cast<const char*>(block + kq * 64) + kPrefetchBytes, _MM_HINT_T0);
+    const __m512i w = _mm512_loadu_si512(block + kq * 64);
+    for (int m = 0; m < MB; ++m) acc[m] = multiply_add_4(acc[m], w, q + m * padded + kq * 4);
+  }
+  for (int m = 0; m < MB; ++m) sums[m] = acc[m];
+}
+
+template <int MB>
+inline void block_sums_rows(const uint8_t* block, int64_t quads, const Activation* q, int64_t padded, int rows,
+                            __m512i* acc) {
+  if constexpr (MB > 1) {
+    if (rows < MB) return block_sums_rows<MB - 1>(block, quads, q, padded, rows, acc);
+  }
+  block_sums<MB>(block, quads, q, padded, acc);
+}
+
+// Output channels [n0, n1) (n0 a multiple of 16) of the rows times the packed weight of N channels with one
+// scale per channel: sum x row scale x channel scale (+ bias) into `to`, 16 channels a vector.
+inline void product(const RoundedRows& rows, const void* weight, const float* channel_scale, int64_t n0, int64_t n1,
+                    const Output& to) {
+  const uint8_t* packed = static_cast<const uint8_t*>(weight);
+  const int64_t quads = packed_quads(rows.K);
+  __m512i acc[kInputRows];
+  for (int64_t n = n0; n < n1; n += kChannelBlock) {
+    const __mmask16 lanes = n1 - n >= kChannelBlock ? 0xFFFF : static_cast<__mmask16>((1u << (n1 - n)) - 1);
+    const __m512 scale = _mm512_maskz_loadu_ps(lanes, channel_scale + n);
+    const __m512 bias = to.bias ? _mm512_maskz_loadu_ps(lanes, to.bias + n) : _mm512_setzero_ps();
+    const uint8_t* block = packed + n / kChannelBlock * quads * 64;
+    for (int64_t m0 = 0; m0 < rows.M; m0 += kInputRows) {  // the block stays in L1 for every block of rows
+      const int count = static_cast<int>(std::min<int64_t>(kInputRows, rows.M - m0));
+      block_sums_rows<kInputRows>(block, quads, rows.q + m0 * rows.padded, rows.padded, count, acc);
+      for (int m = 0; m < count; ++m) {
+        const __m512i sums = _mm512_sub_epi32(acc[m], _mm512_set1_epi32(rows.bias[m0 + m]));
+        __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(rows.scale[m0 + m])), scale);
+        if (to.bias) v = _mm512_add_ps(v, bias);
+        float* out = to.out + (m0 + m) * to.stride + n;
+        if (to.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, out), v);
+        _mm512_mask_storeu_ps(out, lanes, v);
+      }
+    }
+  }
+}
+#else
+#if defined(CPU_CAPABILITY_AVX512)
+inline Vec zero() { return _mm512_setzero_si512(); }
+inline Vec add(Vec a, Vec b) { return _mm512_add_epi32(a, b); }
+inline int32_t hsum(Vec v) { return _mm512_reduce_add_epi32(v); }
+// out[i] = the sum of a[i]'s lanes, for 4 vectors at once: a transposing tree instead of 4 reductions
+// (with 576 inputs a reduction costs about as much as the multiply-adds it ends)
+inline void hsum4(const Vec* a, int32_t* out) {
+  const Vec ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+  const Vec cd = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+  Vec abcd = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));  // a b c d per 128 bits
+  abcd = _mm512_add_epi32(abcd, _mm512_shuffle_i32x4(abcd, abcd, _MM_SHUFFLE(1, 0, 3, 2)));
+  abcd = _mm512_add_epi32(abcd, _mm512_shuffle_i32x4(abcd, abcd, _MM_SHUFFLE(2, 3, 0, 1)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_castsi512_si128(abcd));
+}
+#else
+inline Vec zero() { return _mm256_setzero_si256(); }
+inline Vec add(Vec a, Vec b) { return _mm256_add_epi32(a, b); }
+inline int32_t hsum(Vec v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+inline void hsum4(const Vec* a, int32_t* out) {
+  const Vec ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a[0], a[1]), _mm256_unpackhi_epi32(a[0], a[1]));
+  const Vec cd = _mm256_add_epi32(_mm256_unpacklo_epi32(a[2], a[3]), _mm256_unpackhi_epi32(a[2], a[3]));
+  const Vec abcd = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+  const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), sums);
+}
+#endif
 
 // sums[m] = sum_k w[k] * q[m, k] for one weight row and MB input rows, in int32: each vector of the row
 // is multiplied into every input row's accumulator. With few input rows the sum is split over several
@@ -180,34 +279,25 @@ inline void tile_rows(const int8_t* w, int64_t K, const Activation* q, int64_t p
   tile<MB>(w, K, q, padded, bias, sums);
 }
 
-// A product's input rows, rounded: each thread rounds them for itself into its own buffer (the same bits in
-// every thread, and no wait for the others).
-struct RoundedRows {
-  Activation* q = nullptr;  // room for [M, padded], 64-byte aligned (each row then starts on a whole vector)
-  std::vector<float> scale;
-  std::vector<int32_t> bias;
-  int64_t M = 0, K = 0, padded = 0;
-
-  void round(const float* x, int64_t rows, int64_t inputs, int64_t stride) {
-    M = rows, K = inputs, padded = padded_width(inputs);
-    scale.resize(M), bias.resize(M);
-    for (int64_t m = 0; m < M; ++m) quantize_row(x + m * stride, K, q + m * padded, &scale[m], &bias[m]);
-  }
-};
-
 // Output channels [n0, n1) of the rows times the int8 weight [N, K] with one scale per channel:
-// out(m, n, sum x row scale x channel scale) for each.
-template <typename Out>
-inline void product(const RoundedRows& rows, const int8_t* w, const float* channel_scale, int64_t n0, int64_t n1, Out out) {
+// sum x row scale x channel scale (+ bias) into `to`.
+inline void product(const RoundedRows& rows, const void* weight, const float* channel_scale, int64_t n0, int64_t n1,
+                    const Output& to) {
+  const int8_t* w = static_cast<const int8_t*>(weight);
   int32_t sums[kInputRows];
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t m0 = 0; m0 < rows.M; m0 += kInputRows) {  // the weight row stays in L1 for every block of rows
       const int count = static_cast<int>(std::min<int64_t>(kInputRows, rows.M - m0));
       tile_rows<kInputRows>(w + n * rows.K, rows.K, rows.q + m0 * rows.padded, rows.padded, rows.bias.data() + m0, count,
                             sums);
-      for (int m = 0; m < count; ++m)
-        out(m0 + m, n, static_cast<float>(sums[m]) * rows.scale[m0 + m] * channel_scale[n]);
+      for (int m = 0; m < count; ++m) {
+        float v = static_cast<float>(sums[m]) * rows.scale[m0 + m] * channel_scale[n];
+        if (to.bias) v += to.bias[n];
+        float& out = to.out[(m0 + m) * to.stride + n];
+        out = to.accumulate ? out + v : v;
+      }
     }
 }
+#endif
 
 }  // namespace lookahead

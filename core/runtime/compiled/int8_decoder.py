@@ -65,19 +65,28 @@ class Int8Decoder:
 
     @classmethod
     def of(cls, model: Any) -> Int8Decoder:
-        """The decoder of ``model`` (which :func:`why_not_int8_decoder` accepts)."""
+        """The decoder of ``model`` (which :func:`why_not_int8_decoder` accepts). Where the kernel multiplies
+        bytes (AVX-512 VNNI) it reads the weights packed for it: a copy of them, made here."""
         weights, head = layer_weights(model), head_weights(model)
         assert weights is not None and head is not None
+        packs = kernels.activation_bits() == 8
+
+        def read(weight: torch.Tensor) -> torch.Tensor:
+            return torch.ops.lookahead.int8_pack(weight) if packs else weight
+
         tensors: list[torch.Tensor] = []
         biases: list[torch.Tensor | None] = []
         for layer in weights:
-            norms, projections, scales, layer_biases = layer[:2], layer[2:6], layer[6:10], layer[10:14]
-            tensors += [*(n.float().contiguous() for n in norms), *projections]
-            tensors += [s.float().contiguous() for s in scales]  # type: ignore[union-attr]
+            norms, (qkv, o, gate_up, down), scales, layer_biases = layer[:2], layer[2:6], layer[6:10], layer[10:14]
+            half = gate_up.shape[0] // 2  # type: ignore[union-attr]
+            projections = (qkv, o, gate_up[:half], gate_up[half:], down)  # type: ignore[index]
+            qkv_scales, o_scales, gate_up_scales, down_scales = (s.float().contiguous() for s in scales)  # type: ignore[union-attr]
+            tensors += [*(n.float().contiguous() for n in norms), *(read(p) for p in projections)]  # type: ignore[union-attr,arg-type]
+            tensors += [qkv_scales, o_scales, gate_up_scales[:half], gate_up_scales[half:], down_scales]
             biases += [None if b is None else b.float().contiguous() for b in layer_biases]
         norm, weight, scales, bias = head
         assert scales is not None
-        tensors += [norm.float().contiguous(), weight, scales.float().contiguous()]
+        tensors += [norm.float().contiguous(), read(weight), scales.float().contiguous()]
         biases.append(None if bias is None else bias.float().contiguous())
         config = model.config
         heads = config.num_attention_heads
