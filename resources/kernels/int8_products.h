@@ -20,6 +20,10 @@
 #include <vector>
 
 #include <immintrin.h>
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace lookahead {
 
@@ -66,9 +70,27 @@ inline int64_t activation_levels(int64_t K) {
 // A row of K inputs as stored: padded with zeros to whole vectors.
 inline int64_t padded_width(int64_t K) { return (K + kLanes - 1) / kLanes * kLanes; }
 
-// Round one row of K fp32 inputs: out [padded_width(K)] (zeros past K), its scale (amax / levels) and, for
-// bytes, 128 x its sum (what the packed weights' added 128 adds). The same AVX2 code for
-// every vector width, so a row rounds the same everywhere.
+#ifdef LOOKAHEAD_PACKED_WEIGHTS
+// Round one row of K fp32 inputs to bytes: out [padded_width(K)] (zeros past K), its scale (amax / 127) and
+// 128 x its sum (what the packed weights' added 128 adds), 16 inputs a vector.
+inline void quantize_row(const float* row, int64_t K, Activation* out, float* scale, int32_t* bias) {
+  auto lanes = [K](int64_t k) -> __mmask16 { return K - k >= 16 ? 0xFFFF : K > k ? (1u << (K - k)) - 1 : 0; };
+  __m512 vmax = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(lanes(k), row + k)));
+  const float amax = _mm512_reduce_max_ps(vmax), levels = 127.0f;
+  const __m512 inverse = _mm512_set1_ps(amax > 0.0f ? levels / amax : 0.0f);
+  *scale = amax / levels;
+  __m512i total = _mm512_setzero_si512();
+  for (int64_t k = 0; k < padded_width(K); k += 16) {  // round to nearest even, as the int16 rows below
+    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(k), row + k), inverse));
+    total = _mm512_add_epi32(total, q);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm512_cvtsepi32_epi8(q));
+  }
+  *bias = 128 * _mm512_reduce_add_epi32(total);
+}
+#else
+// Round one row of K fp32 inputs to int16: out [padded_width(K)] (zeros past K), its scale (amax / levels);
+// bias 0. The same AVX2 code for both vector widths.
 inline void quantize_row(const float* row, int64_t K, Activation* out, float* scale, int32_t* bias) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const float levels = static_cast<float>(activation_levels(K));
@@ -88,21 +110,13 @@ inline void quantize_row(const float* row, int64_t K, Activation* out, float* sc
     __m256i low = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k), vinverse));
     __m256i high = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 8), vinverse));
     __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(low, high), _MM_SHUFFLE(3, 1, 2, 0));
-    if constexpr (kByteActivations) {
-      __m128i bytes = _mm_packs_epi16(_mm256_castsi256_si128(packed), _mm256_extracti128_si256(packed, 1));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), bytes);
-    } else {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), packed);
-    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), packed);
   }
   for (; k < K; ++k) out[k] = static_cast<Activation>(std::nearbyint(row[k] * inverse));
   for (; k < padded_width(K); ++k) out[k] = 0;
-  int32_t total = 0;
-  if constexpr (kByteActivations)
-    for (k = 0; k < K; ++k) total += out[k];
-  *bias = 128 * total;
+  *bias = 0;
 }
-
+#endif
 
 // A product's input rows, rounded: each thread rounds them for itself into its own buffer (the same bits in
 // every thread, and no wait for the others).
@@ -179,23 +193,83 @@ inline void block_sums_rows(const uint8_t* block, int64_t quads, const Activatio
   block_sums<MB>(block, quads, q, padded, acc);
 }
 
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+constexpr int64_t kTileRows = 16;  // input rows a tile holds
+constexpr int64_t kAmxFromRows = 2;  // steps of fewer rows stay on vpdpbusd (measured no slower for one row)
+
+// Linux lends a process the tile registers only when it asks (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA);
+// where it refuses, the products stay on vpdpbusd.
+inline bool tiles_granted() {
+  static const bool granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return granted;
+}
+
+// This thread's tiles: 0 the sums (rows x 16 int32), 1 the rows' inputs (rows x 64 bytes), 2 the weights
+// (16 quads x 16 channels x 4 bytes: one packed block's 64 inputs).
+inline void configure_tiles(int64_t rows) {
+  struct alignas(64) {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } config;
+  config.colsb[0] = config.colsb[1] = config.colsb[2] = 64;
+  config.rows[0] = config.rows[1] = static_cast<uint8_t>(rows);
+  config.rows[2] = 16;
+  _tile_loadconfig(&config);
+}
+
+// Sums of rows [m0, m0 + count) (count <= 16, tiles configured for it) against one packed block, into sums
+// [count][16]: AMX's tdpbsud multiplies 16 x 64 signed inputs by 64 x 16 unsigned weights in one instruction.
+inline void tile_sums(const RoundedRows& rows, const uint8_t* block, int64_t quads, int64_t m0, int32_t* sums) {
+  _tile_zero(0);
+  for (int64_t kq = 0; kq < quads; kq += 16) {
+    for (int64_t line = 0; line < 16; ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(block + (kq + line) * 64) + kPrefetchBytes, _MM_HINT_T0);
+    _tile_loadd(1, rows.q + m0 * rows.padded + kq * 4, rows.padded);
+    _tile_loadd(2, block + kq * 64, 64);
+    _tile_dpbsud(0, 1, 2);
+  }
+  _tile_stored(0, sums, 64);
+}
+#endif
+
 // Output channels [n0, n1) (n0 a multiple of 16) of the rows times the packed weight of N channels with one
-// scale per channel: sum x row scale x channel scale (+ bias) into `to`, 16 channels a vector.
+// scale per channel: sum x row scale x channel scale (+ bias) into `to`, 16 channels a vector. With AMX
+// (2 rows or more) the sums come from tiles, else from vpdpbusd: int32 sums are the same either way.
 inline void product(const RoundedRows& rows, const void* weight, const float* channel_scale, int64_t n0, int64_t n1,
                     const Output& to) {
   const uint8_t* packed = static_cast<const uint8_t*>(weight);
   const int64_t quads = packed_quads(rows.K);
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+  const bool tiles = rows.M >= kAmxFromRows && tiles_granted();
+  const int64_t per_block = tiles ? kTileRows : kInputRows;
+  int64_t configured = 0;
+  alignas(64) int32_t tile[kTileRows * kChannelBlock];
+#else
+  const int64_t per_block = kInputRows;
+#endif
   __m512i acc[kInputRows];
   for (int64_t n = n0; n < n1; n += kChannelBlock) {
     const __mmask16 lanes = n1 - n >= kChannelBlock ? 0xFFFF : static_cast<__mmask16>((1u << (n1 - n)) - 1);
     const __m512 scale = _mm512_maskz_loadu_ps(lanes, channel_scale + n);
     const __m512 bias = to.bias ? _mm512_maskz_loadu_ps(lanes, to.bias + n) : _mm512_setzero_ps();
     const uint8_t* block = packed + n / kChannelBlock * quads * 64;
-    for (int64_t m0 = 0; m0 < rows.M; m0 += kInputRows) {  // the block stays in L1 for every block of rows
-      const int count = static_cast<int>(std::min<int64_t>(kInputRows, rows.M - m0));
-      block_sums_rows<kInputRows>(block, quads, rows.q + m0 * rows.padded, rows.padded, count, acc);
+    for (int64_t m0 = 0; m0 < rows.M; m0 += per_block) {  // the block stays in L1 for every block of rows
+      const int count = static_cast<int>(std::min<int64_t>(per_block, rows.M - m0));
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+      if (tiles) {
+        if (configured != count) configure_tiles(configured = count);
+        tile_sums(rows, block, quads, m0, tile);
+      } else
+#endif
+        block_sums_rows<kInputRows>(block, quads, rows.q + m0 * rows.padded, rows.padded, count, acc);
       for (int m = 0; m < count; ++m) {
-        const __m512i sums = _mm512_sub_epi32(acc[m], _mm512_set1_epi32(rows.bias[m0 + m]));
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+        const __m512i total = tiles ? _mm512_load_si512(tile + m * kChannelBlock) : acc[m];
+#else
+        const __m512i total = acc[m];
+#endif
+        const __m512i sums = _mm512_sub_epi32(total, _mm512_set1_epi32(rows.bias[m0 + m]));
         __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(rows.scale[m0 + m])), scale);
         if (to.bias) v = _mm512_add_ps(v, bias);
         float* out = to.out + (m0 + m) * to.stride + n;
@@ -204,6 +278,9 @@ inline void product(const RoundedRows& rows, const void* weight, const float* ch
       }
     }
   }
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+  if (configured) _tile_release();
+#endif
 }
 #else
 #if defined(CPU_CAPABILITY_AVX512)
