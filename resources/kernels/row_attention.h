@@ -9,8 +9,9 @@
 //
 // Three passes. Scores by (kv head, block of keys): the block is widened to fp32 once for all rows and all
 // query heads of the kv head, four keys at a time per head. The softmax's numerators and denominator by
-// (row, query head). The values' weighted sums by (row, kv head, part of the head dimension), each value
-// vector widened once for all query heads of the kv head.
+// (row, query head). The values' weighted sums by (kv head, 16 of the head dimension, block of rows), each
+// value vector widened once for all rows of the block and all query heads of the kv head. Vectors are 16
+// floats with AVX-512, else 8.
 #pragma once
 
 #include <ATen/cpu/vec/vec.h>
@@ -25,19 +26,44 @@
 namespace lookahead {
 
 constexpr int64_t kKeyBlock = 16;  // keys widened at a time (a block of 16 keys of 128 dims: 8 KB)
+constexpr int64_t kValuePart = 16;  // floats of the head dimension one item of the values' pass sums
 
-// The sums of four vectors' lanes, each by the same tree whichever slot it is in.
-inline __m128 hsum4f(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-  const __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a0, a1), _mm256_unpackhi_ps(a0, a1));
-  const __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(a2, a3), _mm256_unpackhi_ps(a2, a3));
-  const __m256 abcd = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))),
-                                    _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));
-  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
-// 8 cache values from p, widened to fp32 (a bf16 is the upper half of an fp32).
+#if defined(CPU_CAPABILITY_AVX512)
+using Floats = __m512;
+constexpr int kFloatLanes = 16;
+constexpr int kValueRows = 4;  // rows summed side by side in the values' pass (x query heads accumulators)
+inline Floats fzero() { return _mm512_setzero_ps(); }
+inline Floats fload(const float* p) { return _mm512_loadu_ps(p); }
+inline void fstore(float* p, Floats v) { _mm512_storeu_ps(p, v); }
+inline Floats fset(float x) { return _mm512_set1_ps(x); }
+inline Floats fmadd(Floats a, Floats b, Floats c) { return _mm512_fmadd_ps(a, b, c); }
+inline Floats fdiv(Floats a, Floats b) { return _mm512_div_ps(a, b); }
+// A vector of the cache widened to fp32 (a bf16 is the upper half of an fp32).
 template <typename T>
-inline __m256 widen8(const T* p) {
+inline Floats widen(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm512_loadu_ps(p);
+  } else {
+    static_assert(std::is_same_v<T, c10::BFloat16>, "a cache of fp32 or bf16");
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+}
+inline __m256 halves(Floats a) {
+  return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+#else
+using Floats = __m256;
+constexpr int kFloatLanes = 8;
+constexpr int kValueRows = 1;
+inline Floats fzero() { return _mm256_setzero_ps(); }
+inline Floats fload(const float* p) { return _mm256_loadu_ps(p); }
+inline void fstore(float* p, Floats v) { _mm256_storeu_ps(p, v); }
+inline Floats fset(float x) { return _mm256_set1_ps(x); }
+inline Floats fmadd(Floats a, Floats b, Floats c) { return _mm256_fmadd_ps(a, b, c); }
+inline Floats fdiv(Floats a, Floats b) { return _mm256_div_ps(a, b); }
+template <typename T>
+inline Floats widen(const T* p) {
   if constexpr (std::is_same_v<T, float>) {
     return _mm256_loadu_ps(p);
   } else {
@@ -46,8 +72,21 @@ inline __m256 widen8(const T* p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
 }
+inline __m256 halves(Floats a) { return a; }
+#endif
+constexpr int kValueVectors = kValuePart / kFloatLanes;
 
-// What one layer's attention reads and writes. C: the head dimension in vectors of 8.
+// The sums of four vectors' lanes, each by the same tree whichever slot it is in.
+inline __m128 hsum4(Floats v0, Floats v1, Floats v2, Floats v3) {
+  const __m256 a0 = halves(v0), a1 = halves(v1), a2 = halves(v2), a3 = halves(v3);
+  const __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a0, a1), _mm256_unpackhi_ps(a0, a1));
+  const __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(a2, a3), _mm256_unpackhi_ps(a2, a3));
+  const __m256 abcd = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))),
+                                    _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// What one layer's attention reads and writes.
 struct AttentionShape {
   int64_t q;         // rows (new tokens)
   int64_t past;      // cache entries before them
@@ -66,14 +105,15 @@ struct AttentionShape {
 };
 
 // Scores of every row and query head of kv head h against the keys [j0, j0 + kKeyBlock): dot * scale + mask.
+// C: the head dimension in vectors.
 template <typename T, int C>
 void score_block(const AttentionShape& a, const T* keys, int64_t h, int64_t j0) {
-  alignas(32) float block[kKeyBlock][C * 8];
+  alignas(64) float block[kKeyBlock][C * kFloatLanes];
   const int64_t stride = a.kv_heads * a.d, length = a.length();
   const int64_t n = std::min(kKeyBlock, length - j0), padded = (n + 3) / 4 * 4;
   for (int64_t k = 0; k < padded; ++k)
     for (int c = 0; c < C; ++c)
-      _mm256_store_ps(block[k] + c * 8, k < n ? widen8(keys + (j0 + k) * stride + h * a.d + c * 8) : _mm256_setzero_ps());
+      fstore(block[k] + c * kFloatLanes, k < n ? widen(keys + (j0 + k) * stride + h * a.d + c * kFloatLanes) : fzero());
   const __m128 scale = _mm_set1_ps(a.scale);
   for (int64_t m = 0; m < a.q; ++m) {
     const int64_t visible = std::min(a.visible(m) - j0, n);  // keys of this block the row sees
@@ -84,16 +124,16 @@ void score_block(const AttentionShape& a, const T* keys, int64_t h, int64_t j0) 
       const float* query = a.query + m * a.query_stride + head * a.d;
       float* out = a.scores + (m * a.heads + head) * length + j0;
       for (int64_t k = 0; k < visible; k += 4) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        Floats a0 = fzero(), a1 = a0, a2 = a0, a3 = a0;
         for (int c = 0; c < C; ++c) {
-          const __m256 qv = _mm256_loadu_ps(query + c * 8);
-          a0 = _mm256_fmadd_ps(qv, _mm256_load_ps(block[k] + c * 8), a0);
-          a1 = _mm256_fmadd_ps(qv, _mm256_load_ps(block[k + 1] + c * 8), a1);
-          a2 = _mm256_fmadd_ps(qv, _mm256_load_ps(block[k + 2] + c * 8), a2);
-          a3 = _mm256_fmadd_ps(qv, _mm256_load_ps(block[k + 3] + c * 8), a3);
+          const Floats qv = fload(query + c * kFloatLanes);
+          a0 = fmadd(qv, fload(block[k] + c * kFloatLanes), a0);
+          a1 = fmadd(qv, fload(block[k + 1] + c * kFloatLanes), a1);
+          a2 = fmadd(qv, fload(block[k + 2] + c * kFloatLanes), a2);
+          a3 = fmadd(qv, fload(block[k + 3] + c * kFloatLanes), a3);
         }
         alignas(16) float dots[4];
-        _mm_store_ps(dots, _mm_mul_ps(hsum4f(a0, a1, a2, a3), scale));
+        _mm_store_ps(dots, _mm_mul_ps(hsum4(a0, a1, a2, a3), scale));
         for (int64_t i = 0; i < 4 && k + i < visible; ++i) out[k + i] = dots[i] + (mask ? mask[k + i] : 0.0f);
       }
     }
@@ -101,6 +141,8 @@ void score_block(const AttentionShape& a, const T* keys, int64_t h, int64_t j0) 
 }
 
 // Row m, query head `head`: its scores turned into softmax numerators (in place) and their sum, in cache order.
+// Entries past what the row sees get numerator 0, so that rows summed side by side (weigh_values) may run
+// over them.
 inline void soften(const AttentionShape& a, int64_t m, int64_t head) {
   using FVec = at::vec::Vectorized<float>;
   const int64_t length = a.visible(m);
@@ -113,74 +155,84 @@ inline void soften(const AttentionShape& a, int64_t m, int64_t head) {
   if (j < length) (FVec::loadu(weights + j, length - j) - vtop).exp().store(weights + j, length - j);
   float denominator = 0.0f;
   for (j = 0; j < length; ++j) denominator += weights[j];
+  std::fill(weights + length, weights + a.length(), 0.0f);
   a.denominators[m * a.heads + head] = denominator;
 }
 
-constexpr int kValueChunks = 2;  // vectors of 8 of a value row that one item of weigh_values sums
-constexpr int kValueHeads = 6;   // query heads summed side by side (kValueChunks x kValueHeads accumulators)
-
-// Query heads [h0, h0 + G) of row m (they share one kv head) over the value chunks [c0, c0 + kValueChunks):
-// the numerators' weighted sum of the values, one chain per lane over the cache in cache order, divided by
-// the denominator. Each value vector is widened once for the G heads.
-template <typename T, int G>
-void weigh_chunks(const AttentionShape& a, const T* values, int64_t m, int64_t h0, int64_t c0) {
-  const int64_t length = a.visible(m), stride = a.kv_heads * a.d;
-  const float* weights[G];
-  for (int g = 0; g < G; ++g) weights[g] = a.scores + (m * a.heads + h0 + g) * a.length();
-  const T* value = values + h0 / a.group() * a.d + c0 * 8;
-  __m256 acc[G][kValueChunks];
-  for (int g = 0; g < G; ++g)
-    for (int c = 0; c < kValueChunks; ++c) acc[g][c] = _mm256_setzero_ps();
+// Rows [m0, m0 + R) (those past the step repeat m0 and are not stored) and query heads [h0, h0 + G) (they
+// share one kv head) over the floats [p0, p0 + kValuePart) of the head dimension: the numerators' weighted
+// sum of the values, one chain per lane over the cache in cache order, divided by the denominator. Each value
+// vector is widened once for all of them.
+template <typename T, int R, int G>
+void weigh_part(const AttentionShape& a, const T* values, int64_t m0, int64_t h0, int64_t p0) {
+  const int64_t last = std::min(m0 + R, a.q) - 1, length = a.visible(last), stride = a.kv_heads * a.d;
+  const float* weights[R][G];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) weights[r][g] = a.scores + ((m0 + r > last ? m0 : m0 + r) * a.heads + h0 + g) * a.length();
+  const T* value = values + h0 / a.group() * a.d + p0;
+  Floats acc[R][G][kValueVectors];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g)
+      for (int c = 0; c < kValueVectors; ++c) acc[r][g][c] = fzero();
   for (int64_t j = 0; j < length; ++j) {
-    __m256 v[kValueChunks];
-    for (int c = 0; c < kValueChunks; ++c) v[c] = widen8(value + j * stride + c * 8);
+    Floats v[kValueVectors];
+    for (int c = 0; c < kValueVectors; ++c) v[c] = widen(value + j * stride + c * kFloatLanes);
+    for (int r = 0; r < R; ++r)
+      for (int g = 0; g < G; ++g) {
+        const Floats w = fset(weights[r][g][j]);
+        for (int c = 0; c < kValueVectors; ++c) acc[r][g][c] = fmadd(w, v[c], acc[r][g][c]);
+      }
+  }
+  for (int r = 0; r < R && m0 + r <= last; ++r)
     for (int g = 0; g < G; ++g) {
-      const __m256 w = _mm256_broadcast_ss(weights[g] + j);
-      for (int c = 0; c < kValueChunks; ++c) acc[g][c] = _mm256_fmadd_ps(w, v[c], acc[g][c]);
+      const int64_t m = m0 + r;
+      const Floats denominator = fset(a.denominators[m * a.heads + h0 + g]);
+      float* out = a.out + m * a.heads * a.d + (h0 + g) * a.d + p0;
+      for (int c = 0; c < kValueVectors; ++c) fstore(out + c * kFloatLanes, fdiv(acc[r][g][c], denominator));
     }
-  }
-  for (int g = 0; g < G; ++g) {
-    const __m256 denominator = _mm256_set1_ps(a.denominators[m * a.heads + h0 + g]);
-    float* out = a.out + m * a.heads * a.d + (h0 + g) * a.d + c0 * 8;
-    for (int c = 0; c < kValueChunks; ++c) _mm256_storeu_ps(out + c * 8, _mm256_div_ps(acc[g][c], denominator));
-  }
 }
 
-// Items of the values' pass: (row, kv head, value chunks), each over all the kv head's query heads.
-inline int64_t value_items(const AttentionShape& a) { return a.q * a.kv_heads * (a.d / 8 / kValueChunks); }
+constexpr int kValueHeads = 6;  // query heads summed side by side at most
+
+// Items of the values' pass: (block of kValueRows rows, kv head, part of the head dimension), each over all
+// the kv head's query heads.
+inline int64_t value_items(const AttentionShape& a) {
+  return (a.q + kValueRows - 1) / kValueRows * a.kv_heads * (a.d / kValuePart);
+}
 
 template <typename T>
 void weigh_values(const AttentionShape& a, const T* values, int64_t item) {
-  const int64_t parts = a.d / 8 / kValueChunks;
-  const int64_t m = item / (a.kv_heads * parts), h = item / parts % a.kv_heads, c0 = item % parts * kValueChunks;
+  const int64_t parts = a.d / kValuePart;
+  const int64_t m0 = item / (a.kv_heads * parts) * kValueRows, h = item / parts % a.kv_heads;
+  const int64_t p0 = item % parts * kValuePart;
   for (int64_t g = 0; g < a.group();) {  // the kv head's query heads, up to kValueHeads at a time
     const int64_t h0 = h * a.group() + g;
     switch (std::min<int64_t>(kValueHeads, a.group() - g)) {
-      case 6: weigh_chunks<T, 6>(a, values, m, h0, c0); g += 6; break;
-      case 5: weigh_chunks<T, 5>(a, values, m, h0, c0); g += 5; break;
-      case 4: weigh_chunks<T, 4>(a, values, m, h0, c0); g += 4; break;
-      case 3: weigh_chunks<T, 3>(a, values, m, h0, c0); g += 3; break;
-      case 2: weigh_chunks<T, 2>(a, values, m, h0, c0); g += 2; break;
-      default: weigh_chunks<T, 1>(a, values, m, h0, c0); g += 1; break;
+      case 6: weigh_part<T, kValueRows, 6>(a, values, m0, h0, p0); g += 6; break;
+      case 5: weigh_part<T, kValueRows, 5>(a, values, m0, h0, p0); g += 5; break;
+      case 4: weigh_part<T, kValueRows, 4>(a, values, m0, h0, p0); g += 4; break;
+      case 3: weigh_part<T, kValueRows, 3>(a, values, m0, h0, p0); g += 3; break;
+      case 2: weigh_part<T, kValueRows, 2>(a, values, m0, h0, p0); g += 2; break;
+      default: weigh_part<T, kValueRows, 1>(a, values, m0, h0, p0); g += 1; break;
     }
   }
 }
 
-// The head dimensions the attention takes (in vectors of 8).
+// The head dimensions the attention takes.
 inline bool attention_supports(int64_t d) {
-  return d % (8 * kValueChunks) == 0 && (d / 8 == 2 || d / 8 == 4 || d / 8 == 8 || d / 8 == 10 || d / 8 == 12 || d / 8 == 16);
+  return d == 16 || d == 32 || d == 64 || d == 80 || d == 96 || d == 128;
 }
 
-// Calls f with std::integral_constant<int, d / 8>.
+// Calls f with std::integral_constant<int, d / kFloatLanes> (d one that attention_supports).
 template <typename F>
 void with_chunks(int64_t d, F f) {
-  switch (d / 8) {
-    case 2: f(std::integral_constant<int, 2>()); break;
-    case 4: f(std::integral_constant<int, 4>()); break;
-    case 8: f(std::integral_constant<int, 8>()); break;
-    case 10: f(std::integral_constant<int, 10>()); break;
-    case 12: f(std::integral_constant<int, 12>()); break;
-    default: f(std::integral_constant<int, 16>()); break;
+  switch (d) {
+    case 16: f(std::integral_constant<int, 16 / kFloatLanes>()); break;
+    case 32: f(std::integral_constant<int, 32 / kFloatLanes>()); break;
+    case 64: f(std::integral_constant<int, 64 / kFloatLanes>()); break;
+    case 80: f(std::integral_constant<int, 80 / kFloatLanes>()); break;
+    case 96: f(std::integral_constant<int, 96 / kFloatLanes>()); break;
+    default: f(std::integral_constant<int, 128 / kFloatLanes>()); break;
   }
 }
 
