@@ -49,11 +49,13 @@ void rms_norm(const float* x, const float* weight, int64_t H, float eps, float* 
 
 // Rotary embedding of one head in place: x * cos + rotate_half(x) * sin.
 void rotate(float* x, const float* cos, const float* sin, int64_t d) {
+  using FVec = at::vec::Vectorized<float>;
   const int64_t half = d / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    const float a = x[i], b = x[i + half];
-    x[i] = a * cos[i] - b * sin[i];
-    x[i + half] = b * cos[i + half] + a * sin[i + half];
+  for (int64_t i = 0; i < half; i += FVec::size()) {
+    const int64_t n = std::min<int64_t>(FVec::size(), half - i);
+    const FVec a = FVec::loadu(x + i, n), b = FVec::loadu(x + half + i, n);
+    (a * FVec::loadu(cos + i, n) - b * FVec::loadu(sin + i, n)).store(x + i, n);
+    (b * FVec::loadu(cos + half + i, n) + a * FVec::loadu(sin + half + i, n)).store(x + half + i, n);
   }
 }
 
@@ -93,7 +95,7 @@ std::pair<int64_t, int64_t> channel_share(int64_t n, int thread, int threads) {
 
 template <typename T>
 void store(T* cache, const float* from, int64_t d) {
-  for (int64_t c = 0; c < d; ++c) cache[c] = static_cast<T>(from[c]);
+  at::vec::convert(from, cache, d);
 }
 
 template <typename T>
