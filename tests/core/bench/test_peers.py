@@ -72,9 +72,17 @@ def test_command_lines() -> None:
     assert "-DBUILD_SHARED_LIBS=OFF" in configure and "-DCMAKE_BUILD_TYPE=Release" in configure
 
 
-def test_tools_live_in_the_cache(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("capability", "build", "isa"), [("", "build", "-DGGML_NATIVE=ON"), ("avx2", "build-avx2", "-DGGML_AVX512=OFF")]
+)
+def test_tools_live_in_the_cache_built_for_the_instructions_torch_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capability: str, build: str, isa: str
+) -> None:
+    """Where torch is held to AVX2 (the project's emulation of an AVX2 processor), llama.cpp is built for AVX2 only."""
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
     paths = AppPaths(tmp_path / "c", tmp_path / "d", tmp_path / "cache")
-    assert peers.tool_path(paths, "llama-bench") == tmp_path / "cache/peers/llama.cpp-11434/build/bin/llama-bench"
+    assert peers.tool_path(paths, "llama-bench") == tmp_path / f"cache/peers/llama.cpp-11434/{build}/bin/llama-bench"
+    assert isa in peers.configure_command(Path("/s"), Path("/b"))
 
 
 def test_the_source_precision_needs_no_requantization(tmp_path: Path) -> None:
