@@ -195,7 +195,7 @@ inline void block_sums_rows(const uint8_t* block, int64_t quads, const Activatio
 
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__)
 constexpr int64_t kTileRows = 16;  // input rows a tile holds
-constexpr int64_t kAmxFromRows = 2;  // steps of fewer rows stay on vpdpbusd (measured no slower for one row)
+constexpr int64_t kAmxFromRows = 2;  // one row stays on vpdpbusd (tiles measured no faster for it)
 
 // Linux lends a process the tile registers only when it asks (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA);
 // where it refuses, the products stay on vpdpbusd.
