@@ -115,7 +115,7 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
   const int threads = at::get_num_threads();
   const int64_t widest = padded_width(std::max({H, heads * d, I})), most = std::max(q, kept);
   at::Tensor normed = at::empty({threads, most * H}, options);
-  at::Tensor rounded = at::empty({threads, most * widest}, options.dtype(kByteActivations ? at::kChar : at::kShort));
+  at::Tensor rounded = at::empty({threads, 2 * most * widest}, options.dtype(at::kChar));  // int16, or two bytes
   float *xp = x.data_ptr<float>(), *qkvp = qkv.data_ptr<float>(), *mlpp = mlp.data_ptr<float>(), *upp = up.data_ptr<float>();
   float* out = logits.data_ptr<float>();
   const float *cosp = cos.data_ptr<float>(), *sinp = sin.data_ptr<float>();
@@ -285,8 +285,10 @@ TORCH_LIBRARY(lookahead, m) {
   m.def(
       "int8_decoder(Tensor hidden, Tensor cos, Tensor sin, Tensor[] keys, Tensor[] values, int past, Tensor? mask, "
       "Tensor rows, Tensor[] weights, Tensor?[] biases, int heads, int kv_heads, float eps, float head_eps) -> Tensor");
-  // the levels int8_decoder rounds a row of this many inputs to: 127 where it multiplies bytes (AVX-512 VNNI)
+  // the levels int8_decoder rounds a row of this many inputs to: 127 x 128 where it multiplies two bytes
   m.def("int8_levels(int inputs) -> int", [](int64_t inputs) { return lookahead::activation_levels(inputs); });
+  // whether int8_decoder reads its weights as int8_pack makes them (AVX-512 VNNI)
+  m.def("int8_packs() -> bool", []() { return lookahead::kByteActivations; });
   m.def("int8_pack(Tensor weight) -> Tensor");
 }
 

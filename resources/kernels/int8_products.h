@@ -6,10 +6,13 @@
 // weights front to back (one sequential read, asked for ahead) and multiplies each loaded weight vector
 // into up to 8 input rows' accumulators, for every block of 8 rows while the weights are in L1.
 //
-// With AVX-512 VNNI the rows are rounded to int8 (127 levels) and the weights packed once (pack_weights):
-// vpdpbusd takes 64 weights an instruction, 4 inputs of 16 channels, with the row's 4 inputs broadcast.
-// It multiplies unsigned by signed bytes, so the packed weights are w + 128 and 128 times the row's sum of
-// quantized inputs is taken off again. Elsewhere the rows are rounded to int16 (as many levels as int32
+// With AVX-512 VNNI the weights are packed once (pack_weights) and multiplied by bytes: vpdpbusd takes 64
+// weights an instruction, 4 inputs of 16 channels, with the row's 4 inputs broadcast (AMX tiles take 16
+// rows at once). A row is rounded to 15 bits (+-16256 levels) and multiplied as two bytes, hi and lo
+// (x = 128 hi + lo), two int32 sums joined in int64: one byte per input (127 levels) cost 4-5% perplexity
+// on the default model, two cost none, and the weights, not the arithmetic, still bound the steps.
+// vpdpbusd multiplies unsigned by signed bytes, so the packed weights are w + 128 and 128 times the
+// row's sum of each byte is taken off again. Elsewhere the rows are rounded to int16 (as many levels as int32
 // sums allow: 29000 for 576 inputs, 1500 for 11008), the weights stay as they are, and each weight row is
 // multiplied 32 (AVX-512, vpmaddwd) or 16 (AVX2) weights at a time, summed across lanes per channel.
 #pragma once
@@ -30,7 +33,7 @@ namespace lookahead {
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512VNNI__)  // inductor's builder defines CPU_CAPABILITY_*
 #define LOOKAHEAD_PACKED_WEIGHTS 1
 constexpr bool kByteActivations = true;
-using Activation = int8_t;
+using Activation = int8_t;  // one byte of a row's two
 constexpr int64_t kLanes = 64;  // inputs a vector holds: K is read in steps of kLanes
 #elif defined(CPU_CAPABILITY_AVX512)
 constexpr bool kByteActivations = false;
@@ -60,10 +63,10 @@ constexpr int kInputRows = 8;
 // most of their product time waiting on the weights.
 constexpr int64_t kPrefetchBytes = 2048;
 
-// The largest level a row of K inputs is rounded to: 127 for bytes, else int16 and no int32 sum of K
-// products with int8 weights (|w| <= 128) may overflow.
+// The largest level a row of K inputs is rounded to: 127 x 128 for two bytes, else int16 and no int32 sum
+// of K products with int8 weights (|w| <= 128) may overflow.
 inline int64_t activation_levels(int64_t K) {
-  if (kByteActivations) return 127;
+  if (kByteActivations) return 127 * 128;
   return std::min<int64_t>(32767, INT32_MAX / (128 * std::max<int64_t>(K, 1)));
 }
 
@@ -71,22 +74,28 @@ inline int64_t activation_levels(int64_t K) {
 inline int64_t padded_width(int64_t K) { return (K + kLanes - 1) / kLanes * kLanes; }
 
 #ifdef LOOKAHEAD_PACKED_WEIGHTS
-// Round one row of K fp32 inputs to bytes: out [padded_width(K)] (zeros past K), its scale (amax / 127) and
-// 128 x its sum (what the packed weights' added 128 adds), 16 inputs a vector.
-inline void quantize_row(const float* row, int64_t K, Activation* out, float* scale, int32_t* bias) {
+// Round one row of K fp32 inputs to +-16256 levels, as two bytes: hi and lo [padded_width(K)] (zeros past
+// K), x = 128 hi + lo with lo in [-64, 63]; its scale (amax / 16256) and 128 x each byte's sum (what the
+// packed weights' added 128 adds), 16 inputs a vector.
+inline void quantize_row(const float* row, int64_t K, Activation* hi, Activation* lo, float* scale, int32_t* hi_bias,
+                         int32_t* lo_bias) {
   auto lanes = [K](int64_t k) -> __mmask16 { return K - k >= 16 ? 0xFFFF : K > k ? (1u << (K - k)) - 1 : 0; };
   __m512 vmax = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; k += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(lanes(k), row + k)));
-  const float amax = _mm512_reduce_max_ps(vmax), levels = 127.0f;
+  const float amax = _mm512_reduce_max_ps(vmax), levels = static_cast<float>(activation_levels(K));
   const __m512 inverse = _mm512_set1_ps(amax > 0.0f ? levels / amax : 0.0f);
   *scale = amax / levels;
-  __m512i total = _mm512_setzero_si512();
+  __m512i hi_total = _mm512_setzero_si512(), lo_total = hi_total;
   for (int64_t k = 0; k < padded_width(K); k += 16) {  // round to nearest even, as the int16 rows below
     const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(k), row + k), inverse));
-    total = _mm512_add_epi32(total, q);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm512_cvtsepi32_epi8(q));
+    const __m512i high = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(64)), 7);
+    const __m512i low = _mm512_sub_epi32(q, _mm512_slli_epi32(high, 7));
+    hi_total = _mm512_add_epi32(hi_total, high), lo_total = _mm512_add_epi32(lo_total, low);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(hi + k), _mm512_cvtsepi32_epi8(high));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + k), _mm512_cvtsepi32_epi8(low));
   }
-  *bias = 128 * _mm512_reduce_add_epi32(total);
+  *hi_bias = 128 * _mm512_reduce_add_epi32(hi_total);
+  *lo_bias = 128 * _mm512_reduce_add_epi32(lo_total);
 }
 #else
 // Round one row of K fp32 inputs to int16: out [padded_width(K)] (zeros past K), its scale (amax / levels);
@@ -121,15 +130,25 @@ inline void quantize_row(const float* row, int64_t K, Activation* out, float* sc
 // A product's input rows, rounded: each thread rounds them for itself into its own buffer (the same bits in
 // every thread, and no wait for the others).
 struct RoundedRows {
-  Activation* q = nullptr;  // room for [M, padded], 64-byte aligned (each row then starts on a whole vector)
+  // room for [M, padded] int16 or twice that of bytes, 64-byte aligned (each row then starts on a whole vector)
+  Activation* q = nullptr;
   std::vector<float> scale;
-  std::vector<int32_t> bias;
+  std::vector<int32_t> bias, lo_bias;  // bytes: 128 x the sum of each row's hi and lo bytes
   int64_t M = 0, K = 0, padded = 0;
+
+  const Activation* row(int64_t m) const { return q + m * padded; }  // bytes: the hi byte's row
+  const Activation* lo_row(int64_t m) const { return q + (M + m) * padded; }
 
   void round(const float* x, int64_t rows, int64_t inputs, int64_t stride) {
     M = rows, K = inputs, padded = padded_width(inputs);
-    scale.resize(M), bias.resize(M);
-    for (int64_t m = 0; m < M; ++m) quantize_row(x + m * stride, K, q + m * padded, &scale[m], &bias[m]);
+    scale.resize(M), bias.resize(M), lo_bias.resize(M);
+    for (int64_t m = 0; m < M; ++m) {
+#ifdef LOOKAHEAD_PACKED_WEIGHTS
+      quantize_row(x + m * stride, K, q + m * padded, q + (M + m) * padded, &scale[m], &bias[m], &lo_bias[m]);
+#else
+      quantize_row(x + m * stride, K, q + m * padded, &scale[m], &bias[m]);
+#endif
+    }
   }
 };
 
@@ -171,26 +190,43 @@ inline __m512i multiply_add_4(__m512i acc, __m512i w, const Activation* inputs) 
   return acc;
 }
 
-// Sums of MB input rows against one block of 16 channels over all inputs (int32, plus 128 x each row's sum).
+// Sums of MB input rows' hi and lo bytes against one block of 16 channels over all inputs (int32, each plus
+// 128 x the byte's sum).
 template <int MB>
-inline void block_sums(const uint8_t* block, int64_t quads, const Activation* q, int64_t padded, __m512i* sums) {
-  __m512i acc[MB];
-  for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_si512();
+inline void block_sums(const uint8_t* block, int64_t quads, const RoundedRows& rows, int64_t m0, __m512i* hi,
+                       __m512i* lo) {
+  __m512i acc[2][MB];
+  for (int m = 0; m < MB; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_si512();
   for (int64_t kq = 0; kq < quads; ++kq) {
     _mm_prefetch(reinterpret_cast<const char*>(block + kq * 64) + kPrefetchBytes, _MM_HINT_T0);
     const __m512i w = _mm512_loadu_si512(block + kq * 64);
-    for (int m = 0; m < MB; ++m) acc[m] = multiply_add_4(acc[m], w, q + m * padded + kq * 4);
+    for (int m = 0; m < MB; ++m) {
+      acc[0][m] = multiply_add_4(acc[0][m], w, rows.row(m0 + m) + kq * 4);
+      acc[1][m] = multiply_add_4(acc[1][m], w, rows.lo_row(m0 + m) + kq * 4);
+    }
   }
-  for (int m = 0; m < MB; ++m) sums[m] = acc[m];
+  for (int m = 0; m < MB; ++m) hi[m] = acc[0][m], lo[m] = acc[1][m];
 }
 
 template <int MB>
-inline void block_sums_rows(const uint8_t* block, int64_t quads, const Activation* q, int64_t padded, int rows,
-                            __m512i* acc) {
+inline void block_sums_rows(const uint8_t* block, int64_t quads, const RoundedRows& rows, int64_t m0, int count,
+                            __m512i* hi, __m512i* lo) {
   if constexpr (MB > 1) {
-    if (rows < MB) return block_sums_rows<MB - 1>(block, quads, q, padded, rows, acc);
+    if (count < MB) return block_sums_rows<MB - 1>(block, quads, rows, m0, count, hi, lo);
   }
-  block_sums<MB>(block, quads, q, padded, acc);
+  block_sums<MB>(block, quads, rows, m0, hi, lo);
+}
+
+// 128 x (hi - hi_bias) + (lo - lo_bias) per lane, exact in int64, then rounded once to fp32.
+inline __m512 join_bytes(__m512i hi, int32_t hi_bias, __m512i lo, int32_t lo_bias) {
+  hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(hi_bias));
+  lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(lo_bias));
+  auto half = [](__m512i h, __m512i l, int part) {
+    const __m512i h64 = _mm512_cvtepi32_epi64(part ? _mm512_extracti64x4_epi64(h, 1) : _mm512_castsi512_si256(h));
+    const __m512i l64 = _mm512_cvtepi32_epi64(part ? _mm512_extracti64x4_epi64(l, 1) : _mm512_castsi512_si256(l));
+    return _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(h64, 7), l64));
+  };
+  return _mm512_insertf32x8(_mm512_castps256_ps512(half(hi, lo, 0)), half(hi, lo, 1), 1);
 }
 
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__)
@@ -204,32 +240,37 @@ inline bool tiles_granted() {
   return granted;
 }
 
-// This thread's tiles: 0 the sums (rows x 16 int32), 1 the rows' inputs (rows x 64 bytes), 2 the weights
-// (16 quads x 16 channels x 4 bytes: one packed block's 64 inputs).
+// This thread's tiles: 0 and 3 the hi and lo sums (rows x 16 int32), 1 and 4 the rows' hi and lo bytes
+// (rows x 64), 2 the weights (16 quads x 16 channels x 4 bytes: one packed block's 64 inputs).
 inline void configure_tiles(int64_t rows) {
   struct alignas(64) {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
     uint16_t colsb[16] = {};
     uint8_t rows[16] = {};
   } config;
-  config.colsb[0] = config.colsb[1] = config.colsb[2] = 64;
-  config.rows[0] = config.rows[1] = static_cast<uint8_t>(rows);
+  for (int tile : {0, 1, 2, 3, 4}) config.colsb[tile] = 64;
+  for (int tile : {0, 1, 3, 4}) config.rows[tile] = static_cast<uint8_t>(rows);
   config.rows[2] = 16;
   _tile_loadconfig(&config);
 }
 
-// Sums of rows [m0, m0 + count) (count <= 16, tiles configured for it) against one packed block, into sums
-// [count][16]: AMX's tdpbsud multiplies 16 x 64 signed inputs by 64 x 16 unsigned weights in one instruction.
-inline void tile_sums(const RoundedRows& rows, const uint8_t* block, int64_t quads, int64_t m0, int32_t* sums) {
+// Sums of rows [m0, m0 + count) (count <= 16, tiles configured for it) against one packed block, into hi and
+// lo [count][16]: AMX's tdpbsud multiplies 16 x 64 signed bytes by 64 x 16 unsigned weights in one instruction.
+inline void tile_sums(const RoundedRows& rows, const uint8_t* block, int64_t quads, int64_t m0, int32_t* hi,
+                      int32_t* lo) {
   _tile_zero(0);
+  _tile_zero(3);
   for (int64_t kq = 0; kq < quads; kq += 16) {
     for (int64_t line = 0; line < 16; ++line)
       _mm_prefetch(reinterpret_cast<const char*>(block + (kq + line) * 64) + kPrefetchBytes, _MM_HINT_T0);
-    _tile_loadd(1, rows.q + m0 * rows.padded + kq * 4, rows.padded);
     _tile_loadd(2, block + kq * 64, 64);
+    _tile_loadd(1, rows.row(m0) + kq * 4, rows.padded);
+    _tile_loadd(4, rows.lo_row(m0) + kq * 4, rows.padded);
     _tile_dpbsud(0, 1, 2);
+    _tile_dpbsud(3, 4, 2);
   }
-  _tile_stored(0, sums, 64);
+  _tile_stored(0, hi, 64);
+  _tile_stored(3, lo, 64);
 }
 #endif
 
@@ -244,11 +285,11 @@ inline void product(const RoundedRows& rows, const void* weight, const float* ch
   const bool tiles = rows.M >= kAmxFromRows && tiles_granted();
   const int64_t per_block = tiles ? kTileRows : kInputRows;
   int64_t configured = 0;
-  alignas(64) int32_t tile[kTileRows * kChannelBlock];
+  alignas(64) int32_t tile[2][kTileRows * kChannelBlock];
 #else
   const int64_t per_block = kInputRows;
 #endif
-  __m512i acc[kInputRows];
+  __m512i hi[kInputRows], lo[kInputRows];
   for (int64_t n = n0; n < n1; n += kChannelBlock) {
     const __mmask16 lanes = n1 - n >= kChannelBlock ? 0xFFFF : static_cast<__mmask16>((1u << (n1 - n)) - 1);
     const __m512 scale = _mm512_maskz_loadu_ps(lanes, channel_scale + n);
@@ -259,18 +300,22 @@ inline void product(const RoundedRows& rows, const void* weight, const float* ch
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__)
       if (tiles) {
         if (configured != count) configure_tiles(configured = count);
-        tile_sums(rows, block, quads, m0, tile);
+        tile_sums(rows, block, quads, m0, tile[0], tile[1]);
       } else
 #endif
-        block_sums_rows<kInputRows>(block, quads, rows.q + m0 * rows.padded, rows.padded, count, acc);
+        block_sums_rows<kInputRows>(block, quads, rows, m0, count, hi, lo);
       for (int m = 0; m < count; ++m) {
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__)
-        const __m512i total = tiles ? _mm512_load_si512(tile + m * kChannelBlock) : acc[m];
+        if (tiles) {
+          hi[0] = _mm512_load_si512(tile[0] + m * kChannelBlock);
+          lo[0] = _mm512_load_si512(tile[1] + m * kChannelBlock);
+        }
+        const int slot = tiles ? 0 : m;
 #else
-        const __m512i total = acc[m];
+        const int slot = m;
 #endif
-        const __m512i sums = _mm512_sub_epi32(total, _mm512_set1_epi32(rows.bias[m0 + m]));
-        __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(rows.scale[m0 + m])), scale);
+        const __m512 sums = join_bytes(hi[slot], rows.bias[m0 + m], lo[slot], rows.lo_bias[m0 + m]);
+        __m512 v = _mm512_mul_ps(_mm512_mul_ps(sums, _mm512_set1_ps(rows.scale[m0 + m])), scale);
         if (to.bias) v = _mm512_add_ps(v, bias);
         float* out = to.out + (m0 + m) * to.stride + n;
         if (to.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, out), v);

@@ -69,7 +69,7 @@ class Int8Decoder:
         bytes (AVX-512 VNNI) it reads the weights packed for it: a copy of them, made here."""
         weights, head = layer_weights(model), head_weights(model)
         assert weights is not None and head is not None
-        packs = kernels.activation_bits() == 8
+        packs = kernels.packs_weights()
 
         def read(weight: torch.Tensor) -> torch.Tensor:
             return torch.ops.lookahead.int8_pack(weight) if packs else weight

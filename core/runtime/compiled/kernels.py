@@ -3,8 +3,9 @@
 ``lookahead::int8_decoder`` (``resources/kernels/int8_decoder.cpp``): a whole decoding step of an int8
 LLaMA-family model (every layer, then the head on the rows kept) in one call and one parallel region.
 Its products (``int8_products.h``) round each input row to integers at its own scale and stream each
-int8 weight row once for all the step's rows, summing in int32: with AVX-512 VNNI the rows are bytes
-(W8A8, 64 weights an instruction), elsewhere int16 (11-15 bits, as many as exact int32 sums allow).
+int8 weight once for all the step's rows, summing in int32: with AVX-512 VNNI the weights are packed
+for it and each row goes in as two bytes (15 bits; vpdpbusd, AMX tiles for 2+ rows where present),
+elsewhere as int16 (11-15 bits, as many as exact int32 sums allow).
 Its attention (``row_attention.h``) computes each new token on its own, its sums in cache order. Integer
 sums are exact in any order and every other part runs each row alike, so every token of a lookahead step
 gets exactly the logits a 1-token step would give it.
@@ -59,10 +60,16 @@ def load() -> None:
 
 
 def activation_bits() -> int:
-    """The bits ``int8_decoder`` rounds each input row to here: 8 (AVX-512 VNNI) or 16. The kernels must be
-    loaded (:func:`load`, with the vector instructions from the processor's flags: a load of its own here
-    would take inductor's slower probe)."""
-    return 8 if torch.ops.lookahead.int8_levels(1) == 127 else 16
+    """The bits (sign included) ``int8_decoder`` rounds each input row to here: 15 where it multiplies two bytes
+    (AVX-512 VNNI), 16 with int16. The kernels must be loaded (:func:`load`, with the vector instructions from
+    the processor's flags: a load of its own here would take inductor's slower probe)."""
+    return int(torch.ops.lookahead.int8_levels(1)).bit_length() + 1
+
+
+def packs_weights() -> bool:
+    """Whether ``int8_decoder`` reads the weights as ``int8_pack`` packs them (AVX-512 VNNI). The kernels must be
+    loaded."""
+    return bool(torch.ops.lookahead.int8_packs())
 
 
 def library_path() -> Path:

@@ -26,17 +26,20 @@ def kernel() -> None:
         kernels.load()
 
 
+def vnni() -> bool:
+    return torch.backends.cpu.get_cpu_capability() == "AVX512" and torch.cpu._is_vnni_supported()
+
+
 def expected_levels(inputs: int) -> int:
-    """Bytes (127) where the kernel multiplies them (AVX-512 VNNI), else as many as int16 and an int32 sum
-    of int8 products allow."""
-    vnni = torch.backends.cpu.get_cpu_capability() == "AVX512" and torch.cpu._is_vnni_supported()
-    return 127 if vnni else min(32767, (2**31 - 1) // (128 * inputs))
+    """Two bytes (127 x 128 levels) where the kernel multiplies bytes (AVX-512 VNNI), else as many as int16 and
+    an int32 sum of int8 products allow."""
+    return 127 * 128 if vnni() else min(32767, (2**31 - 1) // (128 * inputs))
 
 
 @pytest.mark.parametrize("inputs", [8, 576, 11008])
-def test_the_kernel_rounds_to_bytes_where_it_multiplies_bytes(inputs: int) -> None:
+def test_the_kernel_rounds_to_two_bytes_where_it_multiplies_bytes(inputs: int) -> None:
     assert torch.ops.lookahead.int8_levels(inputs) == expected_levels(inputs)
-    assert kernels.activation_bits() == (8 if expected_levels(1) == 127 else 16)
+    assert kernels.activation_bits() == (15 if vnni() else 16) and kernels.packs_weights() == vnni()
 
 
 def int8_model(seed: int = 0, **config) -> torch.nn.Module:
