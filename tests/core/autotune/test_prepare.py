@@ -234,7 +234,7 @@ def test_packed_weights_join_the_side_by_side_compile_on_their_plain_copy(tmp_pa
     apply_layout(fp32, PACKED)  # what choose_layout keeps for fp32 here (a bigger model's bf16, elsewhere)
     with caplog.at_level(logging.INFO, logger="core.runtime.compiled.parallel"):
         variants = cal.prepare_variants({"fp32": fp32, "int8": int8}, None)
-    # each variant's 1-token and rows layers (int8's rows layer alone where our integer kernel runs)
+    # each variant's 1-token and rows layers (int8's kernel library alone where the int8 decoder runs)
     assert f"{3 if kernels.supported() else 4} step packages compiled side by side" in caplog.text
     compiled = variants.models["fp32"].compiled is not None
     assert layout_of(fp32) == (PACKED_ROWS if compiled else PACKED)  # the copy only with the step

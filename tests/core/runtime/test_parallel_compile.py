@@ -14,11 +14,12 @@ from core.runtime.compiled.package import compile_job, compile_jobs
 from core.runtime.compiled.parallel import compile_in_parallel
 from core.runtime.weights.quantized import quantize_model
 from tests.conftest import make_model, tiny_llama_config
-from tests.core.runtime.test_compiled_step import _layer_calls, _prompt, compiled
+from tests.core.runtime.test_compiled_step import _eager_calls, _layer_calls, _prompt, compiled
 
 
 def _paths(models: list) -> list:
-    """Every package the models' steps take: each model's 1-token layer (where it has one) and rows layer."""
+    """Everything the models' steps take: each model's 1-token layer and rows layer, or the kernel library
+    (the int8 decoder's)."""
     return [job.path for model in models for job in compile_jobs(model)]
 
 
@@ -34,14 +35,16 @@ def test_children_compile_the_packages_that_the_models_then_load(tmp_path, monke
     models = _variants()
     compile_in_parallel(models)
     paths = _paths(models)
-    # the float variant's two layers; the int8 one's rows layer alone where our integer kernel runs
+    # the float variant's two layers; the int8 one's kernel library alone where the int8 decoder runs
     assert len(set(paths)) == (3 if kernels.supported() else 4) and all(path.is_file() for path in paths)
     stamps = [path.stat().st_mtime_ns for path in paths]
     for model in models:
         eager = Decoding(model, _prompt(3), max_new_tokens=12)
         list(eager)
-        decoding = Decoding(compiled(model), _prompt(3), max_new_tokens=12)
-        assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == 1  # the compiled steps ran
+        prepared = compiled(model)
+        decoding = Decoding(prepared, _prompt(3), max_new_tokens=12)
+        # the compiled steps ran: eager layers for the prompt at most
+        assert _layer_calls(model, lambda decoding=decoding: list(decoding)) == _eager_calls(prepared)
         assert decoding.tokens == eager.tokens
     assert [path.stat().st_mtime_ns for path in paths] == stamps  # loaded, not compiled again
     assert not list((tmp_path / "inductor" / "lookahead-steps").glob("*partial*"))
@@ -64,7 +67,7 @@ def test_children_that_fail_are_reported_and_the_models_compile_as_before(tmp_pa
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     models = _variants()
-    packages = len(set(_paths(models)))  # 4, or 3 where int8's rows layer runs every step (our integer kernel)
+    packages = len(set(_paths(models)))  # 4, or 3 where the int8 decoder runs every step (the kernel library)
     assert packages == (3 if kernels.supported() else 4)  # this process's compiler is fine
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))  # the children's is not
     with caplog.at_level(logging.WARNING, logger="core.runtime.compiled.parallel"):
