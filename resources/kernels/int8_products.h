@@ -99,8 +99,8 @@ inline void quantize_row(const float* row, int64_t K, Activation* hi, Activation
 }
 #else
 // Round one row of K fp32 inputs to int16: out [padded_width(K)] (zeros past K), its scale (amax / levels);
-// bias 0. The same AVX2 code for both vector widths.
-inline void quantize_row(const float* row, int64_t K, Activation* out, float* scale, int32_t* bias) {
+// The same AVX2 code for both vector widths.
+inline void quantize_row(const float* row, int64_t K, Activation* out, float* scale) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const float levels = static_cast<float>(activation_levels(K));
   __m256 vmax = _mm256_setzero_ps();
@@ -123,7 +123,6 @@ inline void quantize_row(const float* row, int64_t K, Activation* out, float* sc
   }
   for (; k < K; ++k) out[k] = static_cast<Activation>(std::nearbyint(row[k] * inverse));
   for (; k < padded_width(K); ++k) out[k] = 0;
-  *bias = 0;
 }
 #endif
 
@@ -133,7 +132,7 @@ struct RoundedRows {
   // room for [M, padded] int16 or twice that of bytes, 64-byte aligned (each row then starts on a whole vector)
   Activation* q = nullptr;
   std::vector<float> scale;
-  std::vector<int32_t> bias, lo_bias;  // bytes: 128 x the sum of each row's hi and lo bytes
+  std::vector<int32_t> hi_bias, lo_bias;  // bytes: 128 x the sum of each row's hi and lo bytes
   int64_t M = 0, K = 0, padded = 0;
 
   const Activation* row(int64_t m) const { return q + m * padded; }  // bytes: the hi byte's row
@@ -141,12 +140,12 @@ struct RoundedRows {
 
   void round(const float* x, int64_t rows, int64_t inputs, int64_t stride) {
     M = rows, K = inputs, padded = padded_width(inputs);
-    scale.resize(M), bias.resize(M), lo_bias.resize(M);
+    scale.resize(M), hi_bias.resize(M), lo_bias.resize(M);
     for (int64_t m = 0; m < M; ++m) {
 #ifdef LOOKAHEAD_PACKED_WEIGHTS
-      quantize_row(x + m * stride, K, q + m * padded, q + (M + m) * padded, &scale[m], &bias[m], &lo_bias[m]);
+      quantize_row(x + m * stride, K, q + m * padded, q + (M + m) * padded, &scale[m], &hi_bias[m], &lo_bias[m]);
 #else
-      quantize_row(x + m * stride, K, q + m * padded, &scale[m], &bias[m]);
+      quantize_row(x + m * stride, K, q + m * padded, &scale[m]);
 #endif
     }
   }
@@ -314,7 +313,7 @@ inline void product(const RoundedRows& rows, const void* weight, const float* ch
 #else
         const int slot = m;
 #endif
-        const __m512 sums = join_bytes(hi[slot], rows.bias[m0 + m], lo[slot], rows.lo_bias[m0 + m]);
+        const __m512 sums = join_bytes(hi[slot], rows.hi_bias[m0 + m], lo[slot], rows.lo_bias[m0 + m]);
         __m512 v = _mm512_mul_ps(_mm512_mul_ps(sums, _mm512_set1_ps(rows.scale[m0 + m])), scale);
         if (to.bias) v = _mm512_add_ps(v, bias);
         float* out = to.out + (m0 + m) * to.stride + n;
@@ -364,7 +363,7 @@ inline void hsum4(const Vec* a, int32_t* out) {
 // is multiplied into every input row's accumulator. With few input rows the sum is split over several
 // accumulators so that the multiply-adds do not wait on each other (integer sums are exact in any order).
 template <int MB>
-inline void tile(const int8_t* w, int64_t K, const Activation* q, int64_t padded, const int32_t* bias, int32_t* sums) {
+inline void tile(const int8_t* w, int64_t K, const Activation* q, int64_t padded, int32_t* sums) {
   constexpr int kSplit = MB >= 4 ? 1 : 4 / MB;
   Vec acc[kSplit][MB];
   for (int u = 0; u < kSplit; ++u)
@@ -386,19 +385,17 @@ inline void tile(const int8_t* w, int64_t K, const Activation* q, int64_t padded
   int m = 0;
   for (; m + 4 <= MB; m += 4) hsum4(acc[0] + m, sums + m);
   for (; m < MB; ++m) sums[m] = hsum(acc[0][m]);
-  for (m = 0; m < MB; ++m) {
-    sums[m] -= bias[m];
+  for (m = 0; m < MB; ++m)
     for (int64_t j = whole; j < K; ++j) sums[m] += int32_t(w[j]) * int32_t(q[m * padded + j]);
-  }
 }
 
 template <int MB>
-inline void tile_rows(const int8_t* w, int64_t K, const Activation* q, int64_t padded, const int32_t* bias, int rows,
+inline void tile_rows(const int8_t* w, int64_t K, const Activation* q, int64_t padded, int rows,
                       int32_t* sums) {
   if constexpr (MB > 1) {
-    if (rows < MB) return tile_rows<MB - 1>(w, K, q, padded, bias, rows, sums);
+    if (rows < MB) return tile_rows<MB - 1>(w, K, q, padded, rows, sums);
   }
-  tile<MB>(w, K, q, padded, bias, sums);
+  tile<MB>(w, K, q, padded, sums);
 }
 
 // Output channels [n0, n1) of the rows times the int8 weight [N, K] with one scale per channel:
@@ -410,8 +407,7 @@ inline void product(const RoundedRows& rows, const void* weight, const float* ch
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t m0 = 0; m0 < rows.M; m0 += kInputRows) {  // the weight row stays in L1 for every block of rows
       const int count = static_cast<int>(std::min<int64_t>(kInputRows, rows.M - m0));
-      tile_rows<kInputRows>(w + n * rows.K, rows.K, rows.q + m0 * rows.padded, rows.padded, rows.bias.data() + m0, count,
-                            sums);
+      tile_rows<kInputRows>(w + n * rows.K, rows.K, rows.q + m0 * rows.padded, rows.padded, count, sums);
       for (int m = 0; m < count; ++m) {
         float v = static_cast<float>(sums[m]) * rows.scale[m0 + m] * channel_scale[n];
         if (to.bias) v += to.bias[n];
