@@ -138,10 +138,7 @@ def compile_step(model: Any) -> CompiledStep | str:
             with vector_isa_from_flags():
                 kernels.load()
         except Exception as err:  # no compiler, say; eager still answers
-            log.warning("the decoding step stays eager: building our kernels failed: %s", err)
-            return (
-                f"building our kernels failed: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
-            )
+            return _failed("building our kernels", err)
         return CompiledStep(None, None, Int8Decoder.of(model))
     try:
         layers = []
@@ -153,11 +150,16 @@ def compile_step(model: Any) -> CompiledStep | str:
                 run([*scratch_inputs(model, rows=job.spec.rows), *present(head_stand_in(head)), *present(weights[0])])
             layers.append(CompiledLayer(job.spec, run))
     except Exception as err:  # inductor raises many kinds (no compiler, no headers); eager still answers
-        log.warning("the decoding step stays eager: compiling it failed: %s", err)
-        first_line = (str(err).strip().splitlines() or [""])[0][:200]
-        return f"compiling failed: {type(err).__name__}: {first_line}"
+        return _failed("compiling", err)
     one_token = next((layer for layer in layers if not layer.spec.rows), None)
     return CompiledStep(one_token, next(layer for layer in layers if layer.spec.rows))
+
+
+def _failed(what: str, err: Exception) -> str:
+    """Why the step stays eager after ``what`` raised ``err``: logged, and the first line for the caller."""
+    log.warning("the decoding step stays eager: %s failed: %s", what, err)
+    first_line = (str(err).strip().splitlines() or [""])[0][:200]
+    return f"{what} failed: {type(err).__name__}: {first_line}"
 
 
 def head_stand_in(head: HeadWeights) -> HeadWeights:
