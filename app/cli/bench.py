@@ -23,7 +23,7 @@ from core.bench.runner import AUTO, PLAIN_LOOP, REFERENCE, BenchRunner, Method
 from core.bench.variants import bench_variants
 from core.lookahead.config import LookaheadConfig
 from core.paths import AppPaths
-from core.runtime.compiled.package import set_compile_cache
+from core.runtime.compiled.toolchain import set_compile_cache
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.packed import layout_of
 from core.suites import load_suite

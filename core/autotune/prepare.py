@@ -26,9 +26,9 @@ from core.models.device import NAME_BY_DTYPE
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import Cancelled, CancelToken, ProgressCallback, no_progress
-from core.runtime.compiled.package import set_compile_cache
 from core.runtime.compiled.parallel import compile_in_parallel
 from core.runtime.compiled.step import compile_step, why_not_compilable
+from core.runtime.compiled.toolchain import set_compile_cache
 from core.runtime.memory import system_memory
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.packed import (

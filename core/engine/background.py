@@ -34,9 +34,10 @@ from core.autotune.prepare import AutoTuning, calibrate_or_plain
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import Cancelled, CancelToken
-from core.runtime.compiled.package import CompileJob, KernelsJob, compile_jobs, set_compile_cache
+from core.runtime.compiled.package import CompileJob, KernelsJob, compile_jobs
 from core.runtime.compiled.parallel import EXPECTED_SECONDS, report_failure, start_child, stop_child
 from core.runtime.compiled.step import why_not_compilable
+from core.runtime.compiled.toolchain import set_compile_cache
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.variants import bf16_copy, copy_sharing_weights, int8_copy
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from core.runtime.compiled.toolchain import cache_dir, vector_instructions, vector_isa_from_flags
+
 SOURCES = ("int8_decoder.cpp", "int8_products.h", "row_attention.h")
 """The C++ sources: the operator and the headers it includes (all of them key the built library)."""
 
@@ -73,15 +75,11 @@ def packs_weights() -> bool:
 
 
 def library_path() -> Path:
-    """Where the kernels built for this processor, torch and sources lie (in the package cache). Call it with
-    the vector instructions from the processor's flags (``package.vector_isa_from_flags``)."""
-    from torch._inductor.cpu_vec_isa import pick_vec_isa  # inductor takes about a second to import: only when compiling
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
+    """Where the kernels built for this processor, torch and sources lie (in the package cache)."""
     code = b"".join(path.read_bytes() for path in sources())
-    key = hashlib.sha256(f"{code!r} {torch.__version__} {pick_vec_isa()}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{code!r} {torch.__version__} {vector_instructions()}".encode()).hexdigest()[:24]
     suffix = ".pyd" if os.name == "nt" else ".so"
-    return Path(cache_dir()) / "lookahead-kernels" / f"kernels-{key}{suffix}"
+    return cache_dir() / "lookahead-kernels" / f"kernels-{key}{suffix}"
 
 
 def build(library: Path, stale_s: float = 180.0) -> None:
@@ -136,12 +134,13 @@ def _build(library: Path) -> None:
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     name = _partial(library, os.getpid()).name
-    options = CppTorchOptions(vec_isa=pick_vec_isa(), include_pytorch=True, shared=True)
-    compiled = [str(path) for path in sources() if path.suffix == ".cpp"]  # the headers come in through them
-    builder = CppBuilder(name, compiled, options, output_dir=str(library.parent))
-    built = Path(builder.get_target_file_path())
-    try:
-        builder.build()
-        built.replace(library)
-    finally:
-        built.unlink(missing_ok=True)
+    with vector_isa_from_flags():
+        options = CppTorchOptions(vec_isa=pick_vec_isa(), include_pytorch=True, shared=True)
+        compiled = [str(path) for path in sources() if path.suffix == ".cpp"]  # the headers come in through them
+        builder = CppBuilder(name, compiled, options, output_dir=str(library.parent))
+        built = Path(builder.get_target_file_path())
+        try:
+            builder.build()
+            built.replace(library)
+        finally:
+            built.unlink(missing_ok=True)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from core.runtime.compiled import kernels
 from core.runtime.compiled.int8_decoder import why_not_int8_decoder
 from core.runtime.compiled.layer import HEAD_STAND_IN_ROWS, DecoderLayer, LayerSpec, layer_spec
 from core.runtime.compiled.rows_layer import MAX_ROWS, RowsLayer
+from core.runtime.compiled.toolchain import cache_dir, quiet_torch, vector_isa_from_flags
 from core.runtime.weights.fused import fuse_projections, head_weights, layer_weights
 
 log = logging.getLogger(__name__)
@@ -34,12 +33,6 @@ after ``values``; ``None`` tensors left out) in, ``[hidden, logits]`` out; see
 :class:`~core.runtime.compiled.layer.DecoderLayer` and :class:`~core.runtime.compiled.rows_layer.RowsLayer`."""
 _WARM_UP_START = 5  # cache entries before the warm-up step
 _WARM_UP_ROWS = 4  # the rows layer's example step: 0 and 1 would fix the row count
-
-
-def set_compile_cache(cache_dir: Path) -> None:
-    """Keep inductor's compiled code and the step packages under the app's cache folder (unless the user
-    chose a folder)."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
 
 
 @dataclass(frozen=True)
@@ -65,16 +58,14 @@ def compile_jobs(model: Any) -> tuple[CompileJob | KernelsJob, ...]:
     the int8 decoder runs it (:mod:`~core.runtime.compiled.int8_decoder`), building our kernels."""
     fuse_projections(model)
     if why_not_int8_decoder(model) is None:
-        with vector_isa_from_flags():
-            return (KernelsJob(kernels.library_path()),)
+        return (KernelsJob(kernels.library_path()),)
     return (compile_job(model, rows=False), compile_job(model, rows=True))
 
 
 def run_job(job: CompileJob | KernelsJob) -> None:
     """Compile a package, or build the kernels (what a compiling child does)."""
     if isinstance(job, KernelsJob):
-        with vector_isa_from_flags():
-            kernels.build(job.path)
+        kernels.build(job.path)
     else:
         torch.set_num_threads(job.spec.threads)  # inductor's kernels are compiled for the parent's thread count
         compile_package(job)
@@ -91,41 +82,15 @@ def compile_job(model: Any, *, rows: bool) -> CompileJob:
     return CompileJob(spec, inputs, package_dir() / f"layer-{spec.key}.pt2")
 
 
-@contextmanager
-def vector_isa_from_flags() -> Iterator[None]:
-    """The vector instructions from the processor's flags: inductor's own probe compiles and loads a test
-    program per instruction set (7.6 s at a first start here, 1.1 s later). A compiler that cannot
-    build them fails the compile, and the step stays eager."""
-    import torch._inductor.config as inductor_config  # inductor takes about a second to import: only when compiling
-
-    with _quiet_torch(), inductor_config.patch({"cpp.vec_isa_ok": True}):
-        yield
-
-
 def package_dir() -> Path:
-    from torch._inductor.runtime.cache_dir_utils import (
-        cache_dir,  # inductor takes about a second to import: only when compiling
-    )
-
-    return Path(cache_dir()) / "lookahead-steps"
+    return cache_dir() / "lookahead-steps"
 
 
 def _runner(path: Path) -> LayerRunner:
     """A package's compiled code, called directly: its Python ``__call__`` reads the call's tree spec
     again on every call (25 us a layer here, 0.75 ms a step for 30 layers)."""
-    with _quiet_torch():
+    with quiet_torch():
         return torch._inductor.aoti_load_package(str(path)).loader.run
-
-
-@contextmanager
-def _quiet_torch() -> Iterator[None]:
-    """Warnings from torch's own compiling code with nothing for the user: a deprecated pytree class in
-    export and the package loader, and the missing Python headers (the compiled code does not use them;
-    an installed app has none)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)
-        warnings.filterwarnings("ignore", message="Can't find Python.h", category=UserWarning)
-        yield
 
 
 def load_package(job: CompileJob) -> LayerRunner | None:

@@ -30,7 +30,6 @@ from core.runtime.compiled.package import (
     compile_package,
     load_package,
     scratch_inputs,
-    vector_isa_from_flags,
 )
 from core.runtime.weights.fused import HeadWeights, LayerWeights, fuse_projections, head_weights, layer_weights
 
@@ -135,8 +134,7 @@ def compile_step(model: Any) -> CompiledStep | str:
     fuse_projections(model)
     if why_not_int8_decoder(model) is None:
         try:
-            with vector_isa_from_flags():
-                kernels.load()
+            kernels.load()
         except Exception as err:  # no compiler, say; eager still answers
             return _failed("building our kernels", err)
         return CompiledStep(None, None, Int8Decoder.of(model))

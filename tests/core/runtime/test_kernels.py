@@ -20,10 +20,7 @@ pytestmark = pytest.mark.skipif(not kernels.supported(), reason="the kernels nee
 
 @pytest.fixture(scope="module", autouse=True)
 def kernel() -> None:
-    from core.runtime.compiled.package import vector_isa_from_flags
-
-    with vector_isa_from_flags():
-        kernels.load()
+    kernels.load()
 
 
 def vnni() -> bool:
