@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from collections.abc import Iterator
@@ -62,6 +63,14 @@ def session_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(folder))
         yield folder
+
+
+@pytest.fixture(autouse=True)
+def collectable_garbage() -> Iterator[None]:
+    """The command line freezes what is alive for its process's exit (app.cli.collector); run in-process here,
+    the next tests' objects must stay collectable."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

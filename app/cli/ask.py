@@ -7,6 +7,7 @@ import sys
 import threading
 from dataclasses import replace
 
+from app.cli.collector import collecting_after
 from app.cli.loading import command_settings, load_from_args
 from app.cli.output import end_progress_line, one_line_errors, progress_printer
 from core.chat.answer import prompt_budget
@@ -80,7 +81,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     settings, loaded = load_from_args(args, paths)
     max_new = args.max_new_tokens if args.max_new_tokens is not None else settings.sampling.max_new_tokens
     prompt_budget(loaded.context_length, max_new)  # before anything else: the prompt may not fit
-    ready = make_ready(loaded, paths.ensure(), progress=progress_printer(), background=True)
+    with collecting_after():  # the prepared step stays until the command ends
+        ready = make_ready(loaded, paths.ensure(), progress=progress_printer(), background=True)
     end_progress_line()  # a failed measurement stops short of 100%
     background, reports = ready.background, _Background()
     if background is not None:  # a first start here: the answer comes at once, Auto measures after it

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from transformers.utils import logging as transformers_logging
 
+from app.cli.collector import collecting_after
 from app.cli.output import progress_printer
 from core.models import LoadedModel, load_model
 from core.models.options import source_from_spec
@@ -27,7 +28,8 @@ def load_named_model(args: argparse.Namespace, settings: Settings, paths: AppPat
         settings.load,
         **{k: v for k, v in (("device", args.device), ("dtype", args.dtype), ("quantization", args.quantization)) if v},
     )
-    return load_model(source, options, paths.ensure(), progress_printer(f"{source.display_name}: "))
+    with collecting_after():  # the model stays loaded until the command ends
+        return load_model(source, options, paths.ensure(), progress_printer(f"{source.display_name}: "))
 
 
 def load_from_args(args: argparse.Namespace, paths: AppPaths) -> tuple[Settings, LoadedModel]:

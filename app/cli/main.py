@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from app.cli.collector import collecting_after, freeze_for_exit
 from core.paths import AppFolderError, AppPaths
 
 MAX_NEW_TOKENS = 32768  # the settings' limit
@@ -61,7 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None and not args.self_test:
         from app.window.main import run_gui  # Qt loads only for the window
 
-        return run_gui(AppPaths.default())  # it opens on folders it cannot create too, and says so in its notice
+        try:
+            return run_gui(AppPaths.default())  # it opens on folders it cannot create too, and says so in its notice
+        finally:
+            freeze_for_exit()
     try:
         paths = AppPaths.default().ensure()  # a home that is a file is said at once, before any command runs
     except AppFolderError as err:
@@ -71,16 +75,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.cli import self_test  # the command's own module, as below
 
         return self_test.run(paths)
-    from app.cli.output import error_message  # core.engine and core.models load torch: not for --help
-    from core.models.errors import ModelError
-
     module, function = COMMANDS[args.command]
-    command = getattr(importlib.import_module(module), function)  # only the chosen command's modules load
+    with collecting_after():  # torch and transformers load here, for good
+        from app.cli.output import error_message  # core.engine and core.models load torch: not for --help
+        from core.models.errors import ModelError
+
+        command = getattr(importlib.import_module(module), function)  # only the chosen command's modules load
     try:
         return int(command(args, paths))
     except ModelError as err:  # its message says what happened and what to do
         print(f"error: {error_message(err, 'The command', verbose=args.verbose)}", file=sys.stderr)
         return 1
+    finally:
+        freeze_for_exit()
 
 
 def _parser() -> argparse.ArgumentParser:

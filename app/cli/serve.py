@@ -11,6 +11,7 @@ import sys
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 
+from app.cli.collector import collecting_after
 from app.cli.loading import command_settings, load_named_model
 from app.cli.output import end_progress_line, one_line_errors, progress_printer
 from core.engine.model_thread import ModelThread, NoEvents
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         return 1
     with held:  # let go just before the server binds it (a lost race still ends in ServerStartError's message)
         loaded = load_named_model(args, settings, paths)
-        ready = make_ready(loaded, paths.ensure(), progress=progress_printer(), background=True)
+        with collecting_after():  # the prepared step stays until the server stops
+            ready = make_ready(loaded, paths.ensure(), progress=progress_printer(), background=True)
         end_progress_line()
     print(ready.auto.reason, file=sys.stderr)
     if config.host != "127.0.0.1" and not config.api_key:
