@@ -8,6 +8,7 @@ switching never changes the output.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,7 @@ class AutoChooser:
 
     Rates are tokens per second per setting: exponential moving averages of what the steps did,
     started from the calibration's predictions. Verification-only settings are also scored on every
-    step from the answer itself (``observe_shadow``), so the verification arm runs the best of
+    step from the answer itself (``observe_shadows``), so the verification arm runs the best of
     them without probing each. The chooser runs the best rate; every
     ``probe_every`` steps it runs another setting whose rate might beat it for a few steps, and
     the best must lead by ``switch_margin`` before the running setting is changed; a setting that
@@ -91,15 +92,17 @@ class AutoChooser:
         """Verification-only settings to score after every step, from what the step's answer turned out to be."""
         return list(self._shadows)
 
-    def observe_shadow(self, setting: LookaheadConfig, tokens: int, fed: int) -> None:
-        """What ``setting`` would have emitted (``tokens``) and fed at a step: greedy verification is
-        known exactly once the following tokens are. Picks the verification arm's setting."""
-        shadow = self._shadows[setting]
-        weight = max(self.smoothing / 2, 1.0 / (shadow.observed + PRIOR_STEPS))
-        shadow.tokens_per_step += weight * (tokens - shadow.tokens_per_step)
-        shadow.fed_tokens += weight * (fed - shadow.fed_tokens)
-        shadow.seconds = self.calibration.curve.relative(shadow.fed_tokens)  # relative cost of its step
-        shadow.observed += 1
+    def observe_shadows(self, scores: Sequence[tuple[LookaheadConfig, int, int]]) -> None:
+        """What each scored setting would have emitted (``tokens``) and fed at a step, as ``(setting, tokens,
+        fed)``: greedy verification is known exactly once the following tokens are. Picks the verification
+        arm's setting."""
+        for setting, tokens, fed in scores:
+            shadow = self._shadows[setting]
+            weight = max(self.smoothing / 2, 1.0 / (shadow.observed + PRIOR_STEPS))
+            shadow.tokens_per_step += weight * (tokens - shadow.tokens_per_step)
+            shadow.fed_tokens += weight * (fed - shadow.fed_tokens)
+            shadow.seconds = self.calibration.curve.relative(shadow.fed_tokens)  # relative cost of its step
+            shadow.observed += 1
         arm = self._verify
         assert arm is not None
         best = max(self._shadows.values(), key=_rate)

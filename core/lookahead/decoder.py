@@ -50,7 +50,8 @@ class StepChooser(Protocol):
     def observe(self, setting: LookaheadConfig | None, tokens: int, seconds: float, fed: int) -> None: ...
 
     # Optional: ``shadow_settings`` (verification-only settings to score after every step) and
-    # ``observe_shadow(setting, tokens, fed)``, called with what each would have emitted and fed.
+    # ``observe_shadows(scores)``, called once a step's answer is known with ``(setting, tokens, fed)``
+    # for each: what it would have emitted and fed.
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,12 @@ class Decoding:
         self._mask: torch.Tensor | None = None
         self._windows: dict[tuple[int, int], JacobiWindow] = {}
         self._shadows: list[LookaheadConfig] = list(getattr(chooser, "shadow_settings", ()))
-        self._pending: deque[tuple[int, dict[LookaheadConfig, list[tuple[int, ...]]]]] = deque()
+        # one pool lookup per n-gram size serves every shadow of that size: a setting's candidates are the
+        # first G of the lookup with the most guesses
+        self._shadow_lookups = {
+            n: max(s.guesses for s in self._shadows if s.ngram == n) for n in {s.ngram for s in self._shadows}
+        }
+        self._pending: deque[tuple[int, dict[int, list[tuple[int, ...]]]]] = deque()
         settings = [s for s in (chooser.settings if chooser else [lookahead]) if s is not None]
         self.pool: NGramPool | None = None
         if settings:
@@ -158,12 +164,8 @@ class Decoding:
                         return
                     setting = self.chooser.choose() if self.chooser is not None else self.config
                     if self._shadows:  # what each would verify now; scored once the answer is known
-                        self._pending.append(
-                            (
-                                len(self.tokens),
-                                {s: self.pool.candidates(x, s.guesses, s.ngram - 1) for s in self._shadows},
-                            )
-                        )
+                        lookups = {n: self.pool.candidates(x, g, n - 1) for n, g in self._shadow_lookups.items()}
+                        self._pending.append((len(self.tokens), lookups))
                     fed_before = self.stats.fed_tokens
                     self._timer.start()
                     emitted = self._lookahead_step(x, setting) if setting is not None else self._plain_step(x)
@@ -202,18 +204,21 @@ class Decoding:
         """Score the pending steps whose following tokens are known: greedy verification accepts a
         candidate's longest prefix that the answer itself continues with, plus one token."""
         assert self.chooser is not None or not self._pending
+        longest = max(self._shadow_lookups, default=0)
         while self._pending:
-            start, candidates = self._pending[0]
+            start, lookups = self._pending[0]
             after = self.tokens[start:]
-            if len(after) < max(s.ngram for s in candidates) and self.finish_reason is None:
+            if len(after) < longest and self.finish_reason is None:
                 return
             self._pending.popleft()
             if not after:
                 continue
-            for setting, found in candidates.items():
+            scores = []
+            for setting in self._shadows:
+                found = lookups[setting.ngram][: setting.guesses]
                 accepted = max((_common_prefix(c, after) for c in found), default=0)
-                fed = 1 + build_tree(found).size if found else 1
-                self.chooser.observe_shadow(setting, min(accepted + 1, len(after)), fed)
+                scores.append((setting, min(accepted + 1, len(after)), 1 + _tree_size(found)))
+            self.chooser.observe_shadows(scores)
 
     @property
     def _past(self) -> int:
@@ -321,6 +326,11 @@ class Decoding:
         tail = before[len(before) - (n - 1) :] + emitted
         for i in range(len(tail) - n + 1):
             self.pool.add(tail[i : i + n])
+
+
+def _tree_size(candidates: Sequence[tuple[int, ...]]) -> int:
+    """The nodes of the candidates' token tree (:func:`~core.lookahead.tree.build_tree`): their distinct prefixes."""
+    return len({c[:end] for c in candidates for end in range(1, len(c) + 1)})
 
 
 def _common_prefix(candidate: Sequence[int], tokens: Sequence[int]) -> int:

@@ -265,7 +265,6 @@ def test_the_verification_arm_follows_the_shadow_scores() -> None:
     assert set(shadows) <= set(chooser.settings)  # the pool must serve the scored settings too
     target = max(shadows, key=lambda s: s.ngram)  # long candidates turn out to be right on this text
     for _ in range(60):
-        for s in shadows:
-            chooser.observe_shadow(s, s.ngram if s == target else 1, 1 + s.ngram - 1)
+        chooser.observe_shadows([(s, s.ngram if s == target else 1, 1 + s.ngram - 1) for s in shadows])
     assert set(chooser.rates()) == {"plain", target.label}  # the arms: plain, and verification with the target
     assert chooser.learned()[target.label][0] > 0.9 * target.ngram

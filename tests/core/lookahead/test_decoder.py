@@ -108,8 +108,9 @@ class Scoring(Alternating):
         self.shadow_settings = [s for s in settings if s is not None]
         self.scored: dict[str, list[tuple[int, int]]] = {s.label: [] for s in self.shadow_settings}
 
-    def observe_shadow(self, setting: LookaheadConfig, tokens: int, fed: int) -> None:
-        self.scored[setting.label].append((tokens, fed))
+    def observe_shadows(self, scores: list[tuple[LookaheadConfig, int, int]]) -> None:
+        for setting, tokens, fed in scores:
+            self.scored[setting.label].append((tokens, fed))
 
 
 @pytest.mark.parametrize("seed", range(3))
