@@ -93,16 +93,17 @@ class AutoChooser:
         return list(self._shadows)
 
     def observe_shadows(self, scores: Sequence[tuple[LookaheadConfig, int, int]]) -> None:
-        """What each scored setting would have emitted (``tokens``) and fed at a step, as ``(setting, tokens,
-        fed)``: greedy verification is known exactly once the following tokens are. Picks the verification
-        arm's setting."""
+        """What scored settings would have emitted (``tokens``) and fed at steps, as ``(setting, tokens, fed)``
+        in step order: greedy verification is known exactly once the following tokens are. Picks the
+        verification arm's setting."""
         for setting, tokens, fed in scores:
             shadow = self._shadows[setting]
             weight = max(self.smoothing / 2, 1.0 / (shadow.observed + PRIOR_STEPS))
             shadow.tokens_per_step += weight * (tokens - shadow.tokens_per_step)
             shadow.fed_tokens += weight * (fed - shadow.fed_tokens)
-            shadow.seconds = self.calibration.curve.relative(shadow.fed_tokens)  # relative cost of its step
             shadow.observed += 1
+        for shadow in self._shadows.values():
+            shadow.seconds = self.calibration.curve.relative(shadow.fed_tokens)  # relative cost of its step
         arm = self._verify
         assert arm is not None
         best = max(self._shadows.values(), key=_rate)

@@ -29,6 +29,10 @@ from core.runtime.prepared import PreparedModel, prepared
 from core.runtime.step import ModelStep
 from core.runtime.timing import StepTimer
 
+SHADOW_BATCH = 16
+"""Steps whose shadow scores are worked out together. Between steps the interpreter runs with caches the
+step's weights just flushed: each visit to the scoring code costs several times its warm time."""
+
 
 class Cancellable(Protocol):
     """Anything with a ``cancelled`` flag (core.progress.CancelToken); keeps this package free of core."""
@@ -164,7 +168,11 @@ class Decoding:
                         return
                     setting = self.chooser.choose() if self.chooser is not None else self.config
                     if self._shadows:  # what each would verify now; scored once the answer is known
-                        lookups = {n: self.pool.candidates(x, g, n - 1) for n, g in self._shadow_lookups.items()}
+                        lookups = (
+                            {n: self.pool.candidates(x, g, n - 1) for n, g in self._shadow_lookups.items()}
+                            if x in self.pool
+                            else {}  # most steps of a chat: nothing to verify for any of them
+                        )
                         self._pending.append((len(self.tokens), lookups))
                     fed_before = self.stats.fed_tokens
                     self._timer.start()
@@ -176,7 +184,8 @@ class Decoding:
                         self._add_output_ngrams(emitted)
                     x = emitted[-1]
                     yield from self._emit(emitted, seconds, setting)
-                    self._score_shadows()
+                    if len(self._pending) >= SHADOW_BATCH or self.finish_reason is not None:
+                        self._score_shadows()
         finally:
             self._model_step = None  # also when cancelled or abandoned: the KV cache is the big allocation
             self._mask = None
@@ -205,19 +214,20 @@ class Decoding:
         candidate's longest prefix that the answer itself continues with, plus one token."""
         assert self.chooser is not None or not self._pending
         longest = max(self._shadow_lookups, default=0)
+        scores = []
         while self._pending:
             start, lookups = self._pending[0]
             after = self.tokens[start:]
             if len(after) < longest and self.finish_reason is None:
-                return
+                break
             self._pending.popleft()
             if not after:
                 continue
-            scores = []
             for setting in self._shadows:
-                found = lookups[setting.ngram][: setting.guesses]
+                found = lookups.get(setting.ngram, ())[: setting.guesses]
                 accepted = max((_common_prefix(c, after) for c in found), default=0)
                 scores.append((setting, min(accepted + 1, len(after)), 1 + _tree_size(found)))
+        if scores:
             self.chooser.observe_shadows(scores)
 
     @property

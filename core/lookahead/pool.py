@@ -22,6 +22,10 @@ class NGramPool:
         """Keys stored."""
         return len(self._pool)
 
+    def __contains__(self, key: object) -> bool:
+        """Whether any n-gram starting with ``key`` is stored."""
+        return key in self._pool
+
     def add(self, gram: Sequence[int]) -> None:
         """Insert one n-gram (length ``ngram``), refreshing it if already present."""
         if self.per_key == 0:

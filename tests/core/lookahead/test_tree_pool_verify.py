@@ -43,6 +43,7 @@ def test_pool_forgets_the_oldest_key_beyond_its_size() -> None:
     pool.add([3, 4])
     pool.add([5, 6])
     assert pool.candidates(1, 1) == [] and pool.candidates(5, 1) == [(6,)]
+    assert 1 not in pool and 3 in pool and 5 in pool
 
 
 def _chain(table: dict[tuple[int, ...], int], candidates):
