@@ -28,6 +28,25 @@ class _Arm:
     last_step: int = 0  # the chooser's step count when it last ran
 
 
+@dataclass
+class _Shadow:
+    """A verification-only setting scored from the answer on every step, run or not.
+
+    Over every step: what :meth:`AutoChooser.learned` stores for the next start's predictions. Over the
+    steps that had candidates to verify (where running it differs from a plain step at all): what the
+    verification arm expects when it runs this setting.
+    """
+
+    setting: LookaheadConfig
+    tokens_per_step: float
+    fed_tokens: float
+    verified_tokens: float
+    verified_fed: float
+    relative_cost: float  # of a step feeding verified_fed tokens, over a plain step's
+    observed: int = 0
+    verified: int = 0
+
+
 PROBE_STEPS = 3
 """Steps a probe of a lookahead setting measures (a plain probe measures one)."""
 
@@ -41,8 +60,10 @@ class AutoChooser:
 
     Rates are tokens per second per setting: exponential moving averages of what the steps did,
     started from the calibration's predictions. Verification-only settings are also scored on every
-    step from the answer itself (``observe_shadows``), so the verification arm runs the best of
-    them without probing each. The chooser runs the best rate; every
+    step from the answer itself (``observe_shadows``): the verification arm runs the best of them
+    without probing each, and takes its tokens per verifying step from those scores (exact, and from
+    every step, run or not), so only its step time comes from the steps it runs. The chooser runs
+    the best rate; every
     ``probe_every`` steps it runs another setting whose rate might beat it for a few steps, and
     the best must lead by ``switch_margin`` before the running setting is changed; a setting that
     fell behind gets another probe after :data:`REPROBE_AFTER` steps. A windowed
@@ -73,13 +94,13 @@ class AutoChooser:
         # Verification-only settings are scored on every step, run or not (shadow_settings): which
         # of them runs as the verification arm follows those scores.
         self._verify = next((a for a in self._arms if a.setting is not None and a.setting.window == 0), None)
-        self._shadows: dict[LookaheadConfig, _Arm] = {}
+        self._shadows: dict[LookaheadConfig, _Shadow] = {}
         if self._verify is not None:
             for e in calibration.estimates:
                 if e.setting is not None and e.setting.window == 0 and e.speedup >= KEEP_RATIO:
-                    self._shadows[e.setting] = _Arm(
-                        e.setting, e.tokens_per_step, e.fed_tokens, calibration.curve.relative(e.fed_tokens)
-                    )
+                    tokens, fed = e.tokens_per_step, e.fed_tokens
+                    relative = calibration.curve.relative(fed)
+                    self._shadows[e.setting] = _Shadow(e.setting, tokens, fed, tokens, fed, relative)
 
     @property
     def settings(self) -> list[LookaheadConfig | None]:
@@ -94,24 +115,33 @@ class AutoChooser:
 
     def observe_shadows(self, scores: Sequence[tuple[LookaheadConfig, int, int]]) -> None:
         """What scored settings would have emitted (``tokens``) and fed at steps, as ``(setting, tokens, fed)``
-        in step order: greedy verification is known exactly once the following tokens are. Picks the
-        verification arm's setting."""
+        in step order: greedy verification is known exactly once the following tokens are. A step that fed
+        one token had nothing to verify (the decoder runs a plain step then). Picks the verification arm's
+        setting and, from every step, its tokens per verifying step."""
         for setting, tokens, fed in scores:
             shadow = self._shadows[setting]
             weight = max(self.smoothing / 2, 1.0 / (shadow.observed + PRIOR_STEPS))
             shadow.tokens_per_step += weight * (tokens - shadow.tokens_per_step)
             shadow.fed_tokens += weight * (fed - shadow.fed_tokens)
             shadow.observed += 1
+            if fed > 1:
+                weight = max(self.smoothing / 2, 1.0 / (shadow.verified + PRIOR_STEPS))
+                shadow.verified_tokens += weight * (tokens - shadow.verified_tokens)
+                shadow.verified_fed += weight * (fed - shadow.verified_fed)
+                shadow.verified += 1
         for shadow in self._shadows.values():
-            shadow.seconds = self.calibration.curve.relative(shadow.fed_tokens)  # relative cost of its step
+            shadow.relative_cost = self.calibration.curve.relative(shadow.verified_fed)
         arm = self._verify
         assert arm is not None
-        best = max(self._shadows.values(), key=_rate)
+        best = max(self._shadows.values(), key=_shadow_rate)
         running = self._shadows.get(arm.setting)
-        if best.setting != arm.setting and (running is None or _rate(best) > self.switch_margin * _rate(running)):
+        if best is not running and (running is None or _shadow_rate(best) > self.switch_margin * _shadow_rate(running)):
             if running is not None:  # its measured step time, scaled to the new step size
-                arm.seconds *= best.seconds / running.seconds
-            arm.setting, arm.tokens_per_step, arm.fed_tokens = best.setting, best.tokens_per_step, best.fed_tokens
+                arm.seconds *= best.relative_cost / running.relative_cost
+            arm.setting, running = best.setting, best
+        if running is not None:
+            arm.tokens_per_step, arm.fed_tokens = running.verified_tokens, running.verified_fed
+        self._switch_to_best()
 
     def rates(self) -> dict[str, float]:
         """Estimated tokens per second of every setting, as now believed."""
@@ -168,10 +198,14 @@ class AutoChooser:
         self._last = arm
         arm.seconds += weight * (seconds - arm.seconds)
         if arm.streak > _refill_steps(setting):
-            weight = max(self.smoothing / 2, 1.0 / (arm.observed + PRIOR_STEPS))
-            arm.tokens_per_step += weight * (tokens - arm.tokens_per_step)
-            arm.fed_tokens += weight * (fed - arm.fed_tokens)
+            if not (arm is self._verify and self._shadows):  # else its shadow's scores, from every step, say it
+                weight = max(self.smoothing / 2, 1.0 / (arm.observed + PRIOR_STEPS))
+                arm.tokens_per_step += weight * (tokens - arm.tokens_per_step)
+                arm.fed_tokens += weight * (fed - arm.fed_tokens)
             arm.observed += 1
+        self._switch_to_best()
+
+    def _switch_to_best(self) -> None:
         best = max(self._arms, key=_rate)
         if best is not self._current and _rate(best) > self.switch_margin * _rate(self._current):
             self._current = best
@@ -199,6 +233,11 @@ class AutoChooser:
 
 def _rate(arm: _Arm) -> float:
     return arm.tokens_per_step / arm.seconds
+
+
+def _shadow_rate(shadow: _Shadow) -> float:
+    """Tokens per plain step's time, on the steps it verifies."""
+    return shadow.verified_tokens / shadow.relative_cost
 
 
 def _label(setting: LookaheadConfig | None) -> str:

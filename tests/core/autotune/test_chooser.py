@@ -101,6 +101,15 @@ def test_only_variants_that_might_be_chosen_get_a_curve() -> None:
     assert chosen.dtype == "bfloat16" and chosen.dtype_seconds == {"float32": 1.0, "bfloat16": 0.001}
 
 
+def _step(
+    chooser: AutoChooser, setting: LookaheadConfig | None, tokens: float, seconds: float, fed: int, shadow=(1, 1)
+) -> None:
+    """One step as the decoder reports it: the step, then what every verification-only setting would have
+    done (``shadow``: tokens and fed, alike for all here; fed 1 where there was nothing to verify)."""
+    chooser.observe(setting, tokens, seconds, fed)
+    chooser.observe_shadows([(s, *shadow) for s in chooser.shadow_settings])
+
+
 def test_learned_tokens_per_step_replace_the_priors() -> None:
     calibration = _calibration(STEEP)
     learned = calibration.with_learned({"W0 N3 G1": (1.9, 1.9)})
@@ -152,7 +161,7 @@ def test_plain_measured_at_a_slow_moment_is_measured_again() -> None:
         setting = chooser.choose()
         ran.append(setting)
         # nothing is accepted: every lookahead step gives 1 token at more than a plain step's cost
-        chooser.observe(setting, 1, 0.04 if setting is None else 0.046, 1 if setting is None else 20)
+        _step(chooser, setting, 1, 0.04 if setting is None else 0.046, 1 if setting is None else 20, (1, 3))
     assert ran[-20:].count(None) >= 18, ran[-20:]
 
 
@@ -168,13 +177,38 @@ def test_a_verification_that_loses_is_dropped_though_most_steps_find_nothing_to_
     for step in range(800):
         setting = chooser.choose()
         ran.append(setting)
+        shadow = (1, 3) if step % 10 == 0 else (1, 1)  # one step in ten has candidates; none is accepted
         if setting is None or (setting.window == 0 and step % 10):  # a plain step
-            chooser.observe(setting, 1, 0.04, 1)
+            _step(chooser, setting, 1, 0.04, 1, shadow)
         elif setting.window == 0:  # candidates verified, none accepted
-            chooser.observe(setting, 1, 0.046, 3)
+            _step(chooser, setting, 1, 0.046, 3, shadow)
         else:  # a window that finds nothing
-            chooser.observe(setting, 1, 0.06, 12)
+            _step(chooser, setting, 1, 0.06, 12, shadow)
     assert ran[-50:].count(None) >= 45, ran[-50:]
+
+
+def test_verification_resumes_when_its_scores_show_it_pays_again_without_running_it() -> None:
+    """Code after chat: verification lost while nothing it verified was accepted, and plain ran; once the
+    answer repeats itself, the scores of every step (run or not) bring verification back at once, not
+    after a probe that happens to find candidates."""
+    calibration = _calibration(MEDIUM)
+    verification = calibration.choice
+    assert verification is not None and verification.window == 0
+    chooser = AutoChooser(calibration)
+    ran: list[LookaheadConfig | None] = []
+    for step in range(400):
+        setting = chooser.choose()
+        ran.append(setting)
+        repeating = step >= 200
+        shadow = (3, 4) if repeating else (1, 4)  # candidates on every step; accepted only once it repeats
+        if setting is None or setting.window > 0:
+            _step(chooser, setting, 1, 0.04 if setting is None else 0.06, 1 if setting is None else 12, shadow)
+        else:
+            _step(chooser, setting, shadow[0], 0.05, 4, shadow)
+    assert ran[150:200].count(None) >= 45  # it lost
+    back = next(i for i in range(200, 400) if ran[i] is not None and ran[i].window == 0)
+    after = ran[back:]
+    assert back < 200 + 8 and sum(s is not None and s.window == 0 for s in after) >= 0.9 * len(after)  # and stays
 
 
 def test_a_resumed_window_is_judged_after_it_refills() -> None:
@@ -193,7 +227,8 @@ def test_a_resumed_window_is_judged_after_it_refills() -> None:
         # the window finds nothing for 150 steps (it loses to plain), then 2.5 tokens a step once refilled
         good = step >= 150 and since_resumed >= windowed.ngram
         tokens = (2.5 if good else 1) if setting == windowed else 1
-        chooser.observe(setting, tokens, 0.04 if setting is None else 0.05, 1 if setting is None else 12)
+        # verification finds candidates and accepts none of them
+        _step(chooser, setting, tokens, 0.04 if setting is None else 0.05, 1 if setting is None else 12, (1, 3))
     assert len(runs) >= 2 and chooser.choose() == windowed  # it lost, was probed (window refilled first), and won back
     assert chooser.learned()[windowed.label][0] == pytest.approx(2.5, abs=0.05)  # cold steps left out
 
