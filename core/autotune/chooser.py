@@ -94,6 +94,7 @@ class AutoChooser:
         # Verification-only settings are scored on every step, run or not (shadow_settings): which
         # of them runs as the verification arm follows those scores.
         self._verify = next((a for a in self._arms if a.setting is not None and a.setting.window == 0), None)
+        self._verify_extra = 0.0  # seconds a verification step measured beyond the curve's cost (_cost_verification)
         self._shadows: dict[LookaheadConfig, _Shadow] = {}
         if self._verify is not None:
             for e in calibration.estimates:
@@ -136,11 +137,10 @@ class AutoChooser:
         best = max(self._shadows.values(), key=_shadow_rate)
         running = self._shadows.get(arm.setting)
         if best is not running and (running is None or _shadow_rate(best) > self.switch_margin * _shadow_rate(running)):
-            if running is not None:  # its measured step time, scaled to the new step size
-                arm.seconds *= best.relative_cost / running.relative_cost
             arm.setting, running = best.setting, best
         if running is not None:
             arm.tokens_per_step, arm.fed_tokens = running.verified_tokens, running.verified_fed
+        self._cost_verification()
         self._switch_to_best()
 
     def rates(self) -> dict[str, float]:
@@ -196,14 +196,29 @@ class AutoChooser:
             weight = max(weight, 0.5)
         arm.last_step = self._steps
         self._last = arm
-        arm.seconds += weight * (seconds - arm.seconds)
+        if arm is self._verify and self._shadows:  # what its steps cost beyond the curve's prediction
+            self._verify_extra += weight * (seconds - self._predicted(fed) - self._verify_extra)
+        else:
+            arm.seconds += weight * (seconds - arm.seconds)
         if arm.streak > _refill_steps(setting):
             if not (arm is self._verify and self._shadows):  # else its shadow's scores, from every step, say it
                 weight = max(self.smoothing / 2, 1.0 / (arm.observed + PRIOR_STEPS))
                 arm.tokens_per_step += weight * (tokens - arm.tokens_per_step)
                 arm.fed_tokens += weight * (fed - arm.fed_tokens)
             arm.observed += 1
+        self._cost_verification()
         self._switch_to_best()
+
+    def _predicted(self, fed: float) -> float:
+        """A step feeding ``fed`` tokens, from plain's measured step and the calibration's curve."""
+        return self._plain.seconds * self.calibration.curve.relative(fed)
+
+    def _cost_verification(self) -> None:
+        """The verification arm's step time: the curve's cost of the tokens its setting feeds, plus what its
+        steps measured beyond that (their bookkeeping, the rows they return). The setting changes with the
+        shadow scores; this extra carries over to the new one, a ratio would not."""
+        if self._verify is not None and self._shadows:
+            self._verify.seconds = self._predicted(self._verify.fed_tokens) + self._verify_extra
 
     def _switch_to_best(self) -> None:
         best = max(self._arms, key=_rate)

@@ -161,7 +161,8 @@ def test_plain_measured_at_a_slow_moment_is_measured_again() -> None:
         setting = chooser.choose()
         ran.append(setting)
         # nothing is accepted: every lookahead step gives 1 token at more than a plain step's cost
-        _step(chooser, setting, 1, 0.04 if setting is None else 0.046, 1 if setting is None else 20, (1, 3))
+        fed = 1 if setting is None else 3 if setting.window == 0 else 20
+        _step(chooser, setting, 1, 0.04 if setting is None else 0.046, fed, (1, 3))
     assert ran[-20:].count(None) >= 18, ran[-20:]
 
 
