@@ -22,7 +22,7 @@ def vector_isa_from_flags() -> Iterator[None]:
     """The vector instructions from the processor's flags: inductor's own probe compiles and loads a test
     program per instruction set (7.6 s at a first start here, 1.1 s later). A compiler that cannot
     build them fails the compile, and the step stays eager."""
-    import torch._inductor.config as inductor_config
+    import torch._inductor.config as inductor_config  # inductor: only where something compiles or builds
 
     with quiet_torch(), inductor_config.patch({"cpp.vec_isa_ok": True}):
         yield
@@ -56,7 +56,7 @@ def _torch_default() -> str | None:
     """The folder torch picks by itself, where its cache-folder module has loaded (only it sets one)."""
     if "torch._inductor.runtime.cache_dir_utils" not in sys.modules:
         return None
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir  # loaded already (checked above)
 
     return os.path.abspath(default_cache_dir())
 
@@ -67,7 +67,7 @@ def cache_dir() -> Path:
     chosen = os.environ.get(CACHE_VARIABLE)
     if chosen:
         return Path(chosen)
-    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir  # inductor: only here
 
     return Path(inductor_cache_dir())
 
