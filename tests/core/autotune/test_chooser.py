@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -110,6 +112,26 @@ def _step(
     chooser.observe_shadows([(s, *shadow) for s in chooser.shadow_settings])
 
 
+def _drive(
+    chooser: AutoChooser, steps: int, report: Callable[[int, LookaheadConfig | None], None]
+) -> list[LookaheadConfig | None]:
+    """The settings the chooser runs over ``steps`` steps, each step's outcome given by ``report(step, setting)``."""
+    ran: list[LookaheadConfig | None] = []
+    for step in range(steps):
+        setting = chooser.choose()
+        ran.append(setting)
+        report(step, setting)
+    return ran
+
+
+def _verifying_chooser() -> AutoChooser:
+    """A chooser on a curve where only cheap verification-only steps pay: it starts verifying."""
+    calibration = _calibration(MEDIUM)
+    verification = calibration.choice
+    assert verification is not None and verification.window == 0
+    return AutoChooser(calibration)
+
+
 def test_learned_tokens_per_step_replace_the_priors() -> None:
     calibration = _calibration(STEEP)
     learned = calibration.with_learned({"W0 N3 G1": (1.9, 1.9)})
@@ -170,14 +192,9 @@ def test_a_verification_that_loses_is_dropped_though_most_steps_find_nothing_to_
     """Most steps of a chat find no candidate, and the decoder then runs a plain step; the steps that do
     verify must beat plain on their own. Here they accept nothing at 1.15x a plain step's cost: blended
     with nine plain steps out of ten, verification would stay within the switch margin of plain."""
-    calibration = _calibration(MEDIUM)
-    verification = calibration.choice
-    assert verification is not None and verification.window == 0
-    chooser = AutoChooser(calibration)
-    ran: list[LookaheadConfig | None] = []
-    for step in range(800):
-        setting = chooser.choose()
-        ran.append(setting)
+    chooser = _verifying_chooser()
+
+    def report(step: int, setting: LookaheadConfig | None) -> None:
         shadow = (1, 3) if step % 10 == 0 else (1, 1)  # one step in ten has candidates; none is accepted
         if setting is None or (setting.window == 0 and step % 10):  # a plain step
             _step(chooser, setting, 1, 0.04, 1, shadow)
@@ -185,6 +202,8 @@ def test_a_verification_that_loses_is_dropped_though_most_steps_find_nothing_to_
             _step(chooser, setting, 1, 0.046, 3, shadow)
         else:  # a window that finds nothing
             _step(chooser, setting, 1, 0.06, 12, shadow)
+
+    ran = _drive(chooser, 800, report)
     assert ran[-50:].count(None) >= 45, ran[-50:]
 
 
@@ -192,20 +211,16 @@ def test_verification_resumes_when_its_scores_show_it_pays_again_without_running
     """Code after chat: verification lost while nothing it verified was accepted, and plain ran; once the
     answer repeats itself, the scores of every step (run or not) bring verification back at once, not
     after a probe that happens to find candidates."""
-    calibration = _calibration(MEDIUM)
-    verification = calibration.choice
-    assert verification is not None and verification.window == 0
-    chooser = AutoChooser(calibration)
-    ran: list[LookaheadConfig | None] = []
-    for step in range(400):
-        setting = chooser.choose()
-        ran.append(setting)
-        repeating = step >= 200
-        shadow = (3, 4) if repeating else (1, 4)  # candidates on every step; accepted only once it repeats
+    chooser = _verifying_chooser()
+
+    def report(step: int, setting: LookaheadConfig | None) -> None:
+        shadow = (3, 4) if step >= 200 else (1, 4)  # candidates on every step; accepted only once it repeats
         if setting is None or setting.window > 0:
             _step(chooser, setting, 1, 0.04 if setting is None else 0.06, 1 if setting is None else 12, shadow)
         else:
             _step(chooser, setting, shadow[0], 0.05, 4, shadow)
+
+    ran = _drive(chooser, 400, report)
     assert ran[150:200].count(None) >= 45  # it lost
     back = next(i for i in range(200, 400) if ran[i] is not None and ran[i].window == 0)
     after = ran[back:]
