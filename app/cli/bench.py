@@ -17,7 +17,7 @@ from app.cli.loading import load_from_args
 from app.cli.output import one_line_errors, progress_printer
 from core.autotune.chooser import AutoChooser
 from core.autotune.prepare import calibrate_variants
-from core.bench.overhead import profile_steps, profile_table
+from core.bench.overhead import curve_table, profile_steps, profile_table
 from core.bench.report import markdown_table, report_json, summarize
 from core.bench.runner import AUTO, PLAIN_LOOP, REFERENCE, BenchRunner, Method
 from core.bench.variants import bench_variants
@@ -57,6 +57,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     settings, loaded = load_from_args(args, paths)
     if args.overhead:
         print(profile_table(profile_steps(loaded.model)))
+        print()
+        print(curve_table(bench_variants(loaded, dtypes).models))  # each as Auto's calibration prepares it
         return 0
     variants = bench_variants(loaded, dtypes)  # as the app's calibration prepares them
     runner = BenchRunner(

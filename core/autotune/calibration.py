@@ -112,10 +112,16 @@ class Calibration:
             + ([f"{' and '.join(self.untried)} not tried (not enough free memory)"] if self.untried else [])
         )
         tail = f"; {', '.join(notes)}" if notes else ""
+        curve = self.curve.summary()  # why: how much a wider step costs here
         if self.choice is None:
-            detail = f" (best, {best.label}, expected {best.speedup:.2f}x)" if best else ""
+            details = ([f"best, {best.label}, expected {best.speedup:.2f}x"] if best else []) + (
+                [curve] if curve else []
+            )
+            detail = f" ({'; '.join(details)})" if details else ""
             return f"Auto: plain, lookahead would not be faster on {where}{detail}{tail}"
-        return f"Auto: {best.label}, expected {best.speedup:.2f}x plain on {where}{tail}"
+        return (
+            f"Auto: {best.label}, expected {best.speedup:.2f}x plain on {where}{f' ({curve})' if curve else ''}{tail}"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -39,6 +39,16 @@ class StepCostCurve:
         """Cost at ``size`` tokens over the cost of a one-token step."""
         return self.cost(size) / self.seconds[0]
 
+    def summary(self) -> str:
+        """The wider steps' cost in one-token steps, for people: ``steps of 2/4/8 tokens cost 1.09/1.34/2.18x
+        one`` (what decides whether lookahead pays here)."""
+        wider = [(size, seconds / self.seconds[0]) for size, seconds in zip(self.sizes, self.seconds) if size > 1]
+        if not wider or self.sizes[0] != 1:
+            return ""
+        sizes = "/".join(str(size) for size, _ in wider)
+        costs = "/".join(f"{ratio:.2f}" for _, ratio in wider)
+        return f"steps of {sizes} tokens cost {costs}x one"
+
     def as_dict(self) -> dict[str, list]:
         return {"sizes": list(self.sizes), "seconds": list(self.seconds)}
 

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from core.autotune.measure import CPU_CURVE_SIZES, measure_step_seconds
 from core.runtime.architecture import supports_llama_step
 from core.runtime.compiled.step import compile_step, why_not_compilable
 from core.runtime.lean_step import COMPILED_LAYERS, LlamaStep
+from core.runtime.prepared import PreparedModel
 from core.runtime.step import ModelStep, TransformersStep, causal_mask
 from core.runtime.timing import device_sync
 from core.runtime.weights.packed import (
@@ -150,4 +152,16 @@ def profile_table(profiles: Sequence[StepProfile]) -> str:
     for p in profiles:
         cells = " | ".join(f"{p.parts_ms[c]:.1f}" for c in CATEGORIES)
         lines.append(f"| {p.implementation} | {p.size} | {cells} | {p.total_ms:.1f} |")
+    return "\n".join(lines)
+
+
+def curve_table(models: Mapping[str, PreparedModel], sizes: Sequence[int] = CPU_CURVE_SIZES) -> str:
+    """A markdown table: each model's step cost curve as Auto's calibration measures it (its fastest step, 256
+    cached tokens), in ms and in 1-token steps: what decides whether lookahead pays here."""
+    header = " | ".join(str(size) for size in sizes)
+    lines = [f"| step cost curve | {header} |", "|---|" + "---:|" * len(sizes)]
+    for name, model in models.items():
+        seconds = measure_step_seconds(model, sizes)
+        lines.append(f"| {name}, ms | " + " | ".join(f"{s * 1000:.1f}" for s in seconds) + " |")
+        lines.append(f"| {name}, x 1-token | " + " | ".join(f"{s / seconds[0]:.2f}" for s in seconds) + " |")
     return "\n".join(lines)

@@ -34,7 +34,7 @@ def test_live_figures_waiting_then_generating(qtbot) -> None:
 def longest_auto_reason() -> str:
     """Auto's longest status line, as the calibration writes it: plain chosen, with every note."""
     best = Estimate(LookaheadConfig(15, 5, 15), tokens_per_step=2.1, fed_tokens=30, speedup=0.93)
-    curve = StepCostCurve((1, 32), (0.01, 0.02))
+    curve = StepCostCurve((1, 2, 4, 8, 16, 32), (0.01, 0.011, 0.013, 0.022, 0.041, 0.081))
     return Calibration(
         "cpu", "float32", curve, [best], 60.0, quantization="8bit", compiled=True, untried=("bf16",)
     ).reason

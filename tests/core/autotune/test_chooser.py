@@ -47,6 +47,7 @@ def test_auto_runs_lookahead_where_wide_steps_are_cheap() -> None:
     assert calibration.choice is not None and calibration.choice.window > 0
     assert calibration.estimates[0].speedup > 1.2
     assert calibration.reason.startswith(f"Auto: {calibration.choice.label}, expected")
+    assert "(steps of 2/4/8/16/32 tokens cost 1.05/1.05/1.11/1.13/1.26x one)" in calibration.reason  # why
     assert None in calibration.arms() and calibration.arms()[0] == calibration.choice
 
 
@@ -54,6 +55,7 @@ def test_auto_runs_plain_where_lookahead_cannot_win() -> None:
     calibration = _calibration(STEEP)
     assert calibration.choice is None
     assert calibration.reason.startswith("Auto: plain, lookahead would not be faster on this CPU")
+    assert "steps of 2/4/8/16/32 tokens cost 1.27/1.88/3.06/5.32/9.74x one)" in calibration.reason  # why
     assert calibration.arms() == [None]  # nothing is even tried: every setting is predicted slower
     assert all(e.speedup < 0.95 for e in calibration.estimates)
 

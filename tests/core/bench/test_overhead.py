@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from core.bench.overhead import CATEGORIES, category, profile_steps, profile_table
+from core.bench.overhead import CATEGORIES, category, curve_table, profile_steps, profile_table
+from core.runtime.prepared import PreparedModel
 from core.runtime.weights.packed import packing_available
 from tests.conftest import make_model, tiny_llama_config
 
@@ -32,3 +33,13 @@ def test_every_implementation_is_profiled_and_their_parts_add_up() -> None:
     assert cache_copies["lean"] < cache_copies["transformers"]  # no concatenation of the whole cache per layer
     table = profile_table(profiles)
     assert table.count("\n") == 1 + len(profiles) and "| lean | 6 |" in table
+
+
+def test_the_curve_table_gives_each_models_step_costs_in_ms_and_in_one_token_steps() -> None:
+    model = make_model(tiny_llama_config(96), seed=0)
+    table = curve_table({"fp32": PreparedModel(model)}, sizes=(1, 2, 4))
+    header, rule, ms, ratios = table.splitlines()
+    assert header == "| step cost curve | 1 | 2 | 4 |" and rule == "|---|---:|---:|---:|"
+    assert ms.startswith("| fp32, ms | ") and all(float(cell) > 0 for cell in ms.strip("|").split("|")[1:])
+    cells = [float(cell) for cell in ratios.strip("|").split("|")[1:]]
+    assert ratios.startswith("| fp32, x 1-token | 1.00 |") and all(c > 0 for c in cells)
