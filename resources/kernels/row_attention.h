@@ -2,16 +2,16 @@
 // of lookahead::int8_decoder.
 //
 // A row's result depends neither on the other rows of the step nor on where its visible cache entries lie:
-// a score is a sum over the head dimension in a fixed order (the same reduction tree for every key), and the
-// softmax's denominator and the weighted sum of the values are each one chain over the cache in cache order.
+// a score is a sum over the head dimension in a fixed order (the same reduction tree for every key), the
+// softmax's denominator and each float of the values' weighted sum one chain over the cache in cache order.
 // Masked entries weigh exactly zero and so change no sum. A token of a lookahead step therefore gets the same
 // bits as in a 1-token step with the same entries visible.
 //
 // Three passes. Scores by (kv head, block of keys): the block is widened to fp32 once for all rows and all
-// query heads of the kv head, four keys at a time per head. The softmax's numerators and denominator by
-// (row, query head). The values' weighted sums by (kv head, 16 of the head dimension, block of rows), each
-// value vector widened once for all rows of the block and all query heads of the kv head. Vectors are 16
-// floats with AVX-512, else 8.
+// query heads of the kv head, four keys at a time per head (eight with 8-float vectors). The softmax's
+// numerators and denominator by (row, query head). The values' weighted sums by (kv head, 16 or 32 floats of
+// the head dimension, block of rows), each value vector widened once for all rows of the block and all query
+// heads of the kv head. Vectors are 16 floats with AVX-512, else 8.
 #pragma once
 
 #include <ATen/cpu/vec/vec.h>
@@ -26,12 +26,13 @@
 namespace lookahead {
 
 constexpr int64_t kKeyBlock = 16;  // keys widened at a time (a block of 16 keys of 128 dims: 8 KB)
-constexpr int64_t kValuePart = 16;  // floats of the head dimension one item of the values' pass sums
 
 #if defined(CPU_CAPABILITY_AVX512)
 using Floats = __m512;
 constexpr int kFloatLanes = 16;
 constexpr int kValueRows = 4;  // rows summed side by side in the values' pass (x query heads accumulators)
+constexpr int kScoreKeys = 4;  // keys scored side by side (one accumulator each)
+constexpr int64_t kWideValuePart = 16;  // floats of the head dimension an item of the values' pass sums, at most
 inline Floats fzero() { return _mm512_setzero_ps(); }
 inline Floats fload(const float* p) { return _mm512_loadu_ps(p); }
 inline void fstore(float* p, Floats v) { _mm512_storeu_ps(p, v); }
@@ -56,6 +57,10 @@ inline __m256 halves(Floats a) {
 using Floats = __m256;
 constexpr int kFloatLanes = 8;
 constexpr int kValueRows = 1;
+// With 8-float vectors 4 keys, or 3 query heads x 2 vectors of values, are too few independent sums to hide
+// the multiply-adds' latency (5 cycles): 8 keys side by side, and 32 floats of the values where d allows.
+constexpr int kScoreKeys = 8;
+constexpr int64_t kWideValuePart = 32;
 inline Floats fzero() { return _mm256_setzero_ps(); }
 inline Floats fload(const float* p) { return _mm256_loadu_ps(p); }
 inline void fstore(float* p, Floats v) { _mm256_storeu_ps(p, v); }
@@ -74,7 +79,9 @@ inline Floats widen(const T* p) {
 }
 inline __m256 halves(Floats a) { return a; }
 #endif
-constexpr int kValueVectors = kValuePart / kFloatLanes;
+
+// Floats of the head dimension an item of the values' pass sums: the wide part where d is whole parts of it.
+inline int64_t value_part(int64_t d) { return d % kWideValuePart == 0 ? kWideValuePart : 16; }
 
 // The sums of four vectors' lanes, each by the same tree whichever slot it is in.
 inline __m128 hsum4(Floats v0, Floats v1, Floats v2, Floats v3) {
@@ -110,7 +117,7 @@ template <typename T, int C>
 void score_block(const AttentionShape& a, const T* keys, int64_t h, int64_t j0) {
   alignas(64) float block[kKeyBlock][C * kFloatLanes];
   const int64_t stride = a.kv_heads * a.d, length = a.length();
-  const int64_t n = std::min(kKeyBlock, length - j0), padded = (n + 3) / 4 * 4;
+  const int64_t n = std::min(kKeyBlock, length - j0), padded = (n + kScoreKeys - 1) / kScoreKeys * kScoreKeys;
   for (int64_t k = 0; k < padded; ++k)
     for (int c = 0; c < C; ++c)
       fstore(block[k] + c * kFloatLanes, k < n ? widen(keys + (j0 + k) * stride + h * a.d + c * kFloatLanes) : fzero());
@@ -123,18 +130,17 @@ void score_block(const AttentionShape& a, const T* keys, int64_t h, int64_t j0) 
       const int64_t head = h * a.group() + g;
       const float* query = a.query + m * a.query_stride + head * a.d;
       float* out = a.scores + (m * a.heads + head) * length + j0;
-      for (int64_t k = 0; k < visible; k += 4) {
-        Floats a0 = fzero(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t k = 0; k < visible; k += kScoreKeys) {
+        Floats acc[kScoreKeys];
+        for (int i = 0; i < kScoreKeys; ++i) acc[i] = fzero();
         for (int c = 0; c < C; ++c) {
           const Floats qv = fload(query + c * kFloatLanes);
-          a0 = fmadd(qv, fload(block[k] + c * kFloatLanes), a0);
-          a1 = fmadd(qv, fload(block[k + 1] + c * kFloatLanes), a1);
-          a2 = fmadd(qv, fload(block[k + 2] + c * kFloatLanes), a2);
-          a3 = fmadd(qv, fload(block[k + 3] + c * kFloatLanes), a3);
+          for (int i = 0; i < kScoreKeys; ++i) acc[i] = fmadd(qv, fload(block[k + i] + c * kFloatLanes), acc[i]);
         }
-        alignas(16) float dots[4];
-        _mm_store_ps(dots, _mm_mul_ps(hsum4(a0, a1, a2, a3), scale));
-        for (int64_t i = 0; i < 4 && k + i < visible; ++i) out[k + i] = dots[i] + (mask ? mask[k + i] : 0.0f);
+        alignas(16) float dots[kScoreKeys];
+        for (int i = 0; i < kScoreKeys; i += 4)
+          _mm_store_ps(dots + i, _mm_mul_ps(hsum4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]), scale));
+        for (int64_t i = 0; i < kScoreKeys && k + i < visible; ++i) out[k + i] = dots[i] + (mask ? mask[k + i] : 0.0f);
       }
     }
   }
@@ -160,27 +166,27 @@ inline void soften(const AttentionShape& a, int64_t m, int64_t head) {
 }
 
 // Rows [m0, m0 + R) (those past the step repeat m0 and are not stored) and query heads [h0, h0 + G) (they
-// share one kv head) over the floats [p0, p0 + kValuePart) of the head dimension: the numerators' weighted
+// share one kv head) over the floats [p0, p0 + V vectors) of the head dimension: the numerators' weighted
 // sum of the values, one chain per lane over the cache in cache order, divided by the denominator. Each value
 // vector is widened once for all of them.
-template <typename T, int R, int G>
+template <typename T, int R, int G, int V>
 void weigh_part(const AttentionShape& a, const T* values, int64_t m0, int64_t h0, int64_t p0) {
   const int64_t last = std::min(m0 + R, a.q) - 1, length = a.visible(last), stride = a.kv_heads * a.d;
   const float* weights[R][G];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g) weights[r][g] = a.scores + ((m0 + r > last ? m0 : m0 + r) * a.heads + h0 + g) * a.length();
   const T* value = values + h0 / a.group() * a.d + p0;
-  Floats acc[R][G][kValueVectors];
+  Floats acc[R][G][V];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g)
-      for (int c = 0; c < kValueVectors; ++c) acc[r][g][c] = fzero();
+      for (int c = 0; c < V; ++c) acc[r][g][c] = fzero();
   for (int64_t j = 0; j < length; ++j) {
-    Floats v[kValueVectors];
-    for (int c = 0; c < kValueVectors; ++c) v[c] = widen(value + j * stride + c * kFloatLanes);
+    Floats v[V];
+    for (int c = 0; c < V; ++c) v[c] = widen(value + j * stride + c * kFloatLanes);
     for (int r = 0; r < R; ++r)
       for (int g = 0; g < G; ++g) {
         const Floats w = fset(weights[r][g][j]);
-        for (int c = 0; c < kValueVectors; ++c) acc[r][g][c] = fmadd(w, v[c], acc[r][g][c]);
+        for (int c = 0; c < V; ++c) acc[r][g][c] = fmadd(w, v[c], acc[r][g][c]);
       }
   }
   for (int r = 0; r < R && m0 + r <= last; ++r)
@@ -188,34 +194,42 @@ void weigh_part(const AttentionShape& a, const T* values, int64_t m0, int64_t h0
       const int64_t m = m0 + r;
       const Floats denominator = fset(a.denominators[m * a.heads + h0 + g]);
       float* out = a.out + m * a.heads * a.d + (h0 + g) * a.d + p0;
-      for (int c = 0; c < kValueVectors; ++c) fstore(out + c * kFloatLanes, fdiv(acc[r][g][c], denominator));
+      for (int c = 0; c < V; ++c) fstore(out + c * kFloatLanes, fdiv(acc[r][g][c], denominator));
     }
 }
-
-constexpr int kValueHeads = 6;  // query heads summed side by side at most
 
 // Items of the values' pass: (block of kValueRows rows, kv head, part of the head dimension), each over all
 // the kv head's query heads.
 inline int64_t value_items(const AttentionShape& a) {
-  return (a.q + kValueRows - 1) / kValueRows * a.kv_heads * (a.d / kValuePart);
+  return (a.q + kValueRows - 1) / kValueRows * a.kv_heads * (a.d / value_part(a.d));
+}
+
+template <typename T, int V>
+void weigh_values_by(const AttentionShape& a, const T* values, int64_t item) {
+  constexpr int64_t part = V * kFloatLanes;
+  constexpr int most = kFloatLanes == 16 ? 6 : 12 / V;  // query heads summed side by side: accumulators x V
+  const int64_t parts = a.d / part;
+  const int64_t m0 = item / (a.kv_heads * parts) * kValueRows, h = item / parts % a.kv_heads;
+  const int64_t p0 = item % parts * part;
+  for (int64_t g = 0; g < a.group();) {  // the kv head's query heads, up to `most` at a time
+    const int64_t h0 = h * a.group() + g;
+    switch (std::min<int64_t>(most, a.group() - g)) {
+      case 6: weigh_part<T, kValueRows, 6, V>(a, values, m0, h0, p0); g += 6; break;
+      case 5: weigh_part<T, kValueRows, 5, V>(a, values, m0, h0, p0); g += 5; break;
+      case 4: weigh_part<T, kValueRows, 4, V>(a, values, m0, h0, p0); g += 4; break;
+      case 3: weigh_part<T, kValueRows, 3, V>(a, values, m0, h0, p0); g += 3; break;
+      case 2: weigh_part<T, kValueRows, 2, V>(a, values, m0, h0, p0); g += 2; break;
+      default: weigh_part<T, kValueRows, 1, V>(a, values, m0, h0, p0); g += 1; break;
+    }
+  }
 }
 
 template <typename T>
 void weigh_values(const AttentionShape& a, const T* values, int64_t item) {
-  const int64_t parts = a.d / kValuePart;
-  const int64_t m0 = item / (a.kv_heads * parts) * kValueRows, h = item / parts % a.kv_heads;
-  const int64_t p0 = item % parts * kValuePart;
-  for (int64_t g = 0; g < a.group();) {  // the kv head's query heads, up to kValueHeads at a time
-    const int64_t h0 = h * a.group() + g;
-    switch (std::min<int64_t>(kValueHeads, a.group() - g)) {
-      case 6: weigh_part<T, kValueRows, 6>(a, values, m0, h0, p0); g += 6; break;
-      case 5: weigh_part<T, kValueRows, 5>(a, values, m0, h0, p0); g += 5; break;
-      case 4: weigh_part<T, kValueRows, 4>(a, values, m0, h0, p0); g += 4; break;
-      case 3: weigh_part<T, kValueRows, 3>(a, values, m0, h0, p0); g += 3; break;
-      case 2: weigh_part<T, kValueRows, 2>(a, values, m0, h0, p0); g += 2; break;
-      default: weigh_part<T, kValueRows, 1>(a, values, m0, h0, p0); g += 1; break;
-    }
-  }
+  if (value_part(a.d) == kWideValuePart)
+    weigh_values_by<T, kWideValuePart / kFloatLanes>(a, values, item);
+  else
+    weigh_values_by<T, 16 / kFloatLanes>(a, values, item);
 }
 
 // The head dimensions the attention takes.

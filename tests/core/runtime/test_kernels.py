@@ -92,6 +92,7 @@ class Step:
     [
         {},  # head size 16, two query heads per kv head
         dict(hidden_size=288, num_attention_heads=9, num_key_value_heads=3, intermediate_size=200),  # 32
+        dict(hidden_size=256, num_attention_heads=8, num_key_value_heads=2),  # 32, four query heads per kv head
         dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=4, attention_bias=True, mlp_bias=True),
         dict(hidden_size=160, num_attention_heads=2, num_key_value_heads=1, intermediate_size=96),  # 80
         dict(hidden_size=256, num_attention_heads=2, num_key_value_heads=2, num_hidden_layers=1),  # 128
