@@ -40,10 +40,10 @@ class StepCostCurve:
         return self.cost(size) / self.seconds[0]
 
     def summary(self) -> str:
-        """The wider steps' cost in one-token steps, for people: ``steps of 2/4/8 tokens cost 1.09/1.34/2.18x
-        one`` (what decides whether lookahead pays here)."""
+        """The wider steps' cost in one-token steps, for people (``steps of 2/4/... tokens cost r2/r4/...x one``):
+        what decides whether lookahead pays here. Empty for a curve of one size."""
         wider = [(size, seconds / self.seconds[0]) for size, seconds in zip(self.sizes, self.seconds) if size > 1]
-        if not wider or self.sizes[0] != 1:
+        if not wider:
             return ""
         sizes = "/".join(str(size) for size, _ in wider)
         costs = "/".join(f"{ratio:.2f}" for _, ratio in wider)

@@ -39,6 +39,8 @@ def test_curve_interpolates_between_and_beyond_measured_sizes() -> None:
 def test_a_curve_measured_under_load_never_makes_wide_steps_look_cheaper() -> None:
     noisy = StepCostCurve.monotone((1, 2, 4, 8), (0.060, 0.036, 0.040, 0.038))  # the 1-token round was disturbed
     assert noisy.seconds == (0.036, 0.036, 0.038, 0.038)
+    assert noisy.summary() == "steps of 2/4/8 tokens cost 1.00/1.06/1.06x one"  # the status line's why
+    assert StepCostCurve((1,), (0.036,)).summary() == ""
     assert all(noisy.relative(s) >= 1.0 for s in (1, 2, 4, 8, 16))
 
 
