@@ -23,6 +23,7 @@ class Row:
     speedup_vs_loop: float | None  # against the plain loop (what the app's toggle and Compare show)
     speedup_vs_fastest_plain: float | None = None  # against the fastest plain decoding of the suite, any dtype
     fastest_plain: str = ""  # which method that was
+    same_as_plain: int | None = None  # answers equal to the plain loop's in the same dtype (None: none ran)
 
     @property
     def tokens_per_second(self) -> float:
@@ -62,6 +63,7 @@ def summarize(results: Sequence[RunResult], reference: str = REFERENCE, plain_lo
                 _ratio(rate, groups.get((suite, plain_loop))),
                 rate / base if base > 0 else None,
                 base_name,
+                None if any(r.same_as_plain is None for r in runs) else sum(bool(r.same_as_plain) for r in runs),
             )
         )
     return rows
@@ -81,13 +83,15 @@ def markdown_table(rows: Sequence[Row], title: str = "") -> str:
     """The report as a Markdown table (one line per suite and method)."""
     lines = [f"### {title}", ""] if title else []
     lines += [
-        "| suite | method | tok/s | vs fastest plain | vs generate | vs plain loop | tokens/step | identical | tokens |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| suite | method | tok/s | vs fastest plain | vs generate | vs plain loop | tokens/step "
+        "| identical to generate | identical to plain loop | tokens |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        same = "-" if r.same_as_plain is None else f"{r.same_as_plain}/{r.runs}"
         lines.append(
             f"| {r.suite} | {r.method} | {r.tokens_per_second:.1f} | {_x(r.speedup_vs_fastest_plain)} | {_x(r.speedup)} "
-            f"| {_x(r.speedup_vs_loop)} | {r.tokens_per_step:.2f} | {r.identical}/{r.runs} | {r.new_tokens} |"
+            f"| {_x(r.speedup_vs_loop)} | {r.tokens_per_step:.2f} | {r.identical}/{r.runs} | {same} | {r.new_tokens} |"
         )
     suites = {r.suite: r.fastest_plain for r in rows if r.fastest_plain}
     if suites:

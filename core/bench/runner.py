@@ -76,6 +76,7 @@ class RunResult:
     step_seconds: list[float] = field(default_factory=list)
     step_tokens: list[int] = field(default_factory=list)
     settings: dict[str, int] = field(default_factory=dict)  # tokens per setting (auto)
+    same_as_plain: bool | None = None  # the plain loop's answer in the same dtype (None: no plain loop ran there)
 
 
 def standard_methods(configs: Sequence[tuple[str, LookaheadConfig]], peers: bool = True) -> list[Method]:
@@ -150,6 +151,8 @@ class BenchRunner:
         self._cancel = cancel or CancelToken()
         results: list[RunResult] = []
         total = sum(len(p.turns) for s in suites for p in s.prompts)
+        by_name = {method.name: method for method in methods}
+        plain_loops = {self._dtype_of(m): m.name for m in methods if m.kind == "loop" and m.lookahead is None}
         done = 0
         for suite in suites:
             for index, prompt in enumerate(suite.prompts):
@@ -165,6 +168,7 @@ class BenchRunner:
                         if self._cancel.cancelled:  # a run cut short by Stop is not a result
                             return results
                     shift = index % len(methods)
+                    answers: dict[str, list[int]] = {}
                     for method in [*methods[shift:], *methods[:shift]]:
                         if self._cancel.cancelled:
                             return results
@@ -173,6 +177,7 @@ class BenchRunner:
                         tokens, stats = self._run(method, ids, pool, self.max_new_tokens)
                         if self._cancel.cancelled:
                             return results
+                        answers[method.name] = tokens
                         results.append(
                             RunResult(
                                 suite.name,
@@ -190,6 +195,9 @@ class BenchRunner:
                                 stats.get("settings", {}),
                             )
                         )
+                    for result in results[-len(methods) :]:  # exactness: each against plain decoding as it runs here
+                        plain = plain_loops.get(self._dtype_of(by_name[result.method]))
+                        result.same_as_plain = None if plain is None else answers[result.method] == answers[plain]
                     first = (
                         references.get(self.first_dtype)
                         or self._generate(self.models[self.first_dtype], ids, self.max_new_tokens)[0]

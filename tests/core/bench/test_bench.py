@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -32,7 +33,7 @@ def test_runner_compares_methods_on_identical_prompts(tiny_loaded) -> None:
     assert len(results) == len(methods) * (2 + 3)
     for r in results:
         if r.method.startswith(("lookahead", "plain", "generate")):
-            assert r.identical, r
+            assert r.identical and r.same_as_plain, r  # fp32: every method answers as plain decoding does
         assert r.new_tokens > 0 and r.seconds > 0
         if r.method == "generate":
             assert r.steps == r.new_tokens and r.plain  # forward passes, counted
@@ -47,6 +48,11 @@ def test_runner_compares_methods_on_identical_prompts(tiny_loaded) -> None:
     table = markdown_table(rows, "tiny")
     assert "| code | lookahead W4 N4 G4 |" in table and "| multiturn | lookahead conversation pool |" in table
     assert "Fastest plain decoding per suite: code: " in table
+    assert "| identical to generate | identical to plain loop |" in table
+    lookahead = by[("code", "lookahead W4 N4 G4")]
+    assert f"| {lookahead.tokens_per_step:.2f} | 2/2 | 2/2 | {lookahead.new_tokens} |" in table
+    unmatched = markdown_table([dataclasses.replace(lookahead, same_as_plain=None)])  # no plain loop in its dtype
+    assert f"| 2/2 | - | {lookahead.new_tokens} |" in unmatched
 
 
 def test_runner_runs_each_dtype_and_auto_with_the_chat_repetition_penalty(tiny_loaded) -> None:
@@ -69,6 +75,7 @@ def test_runner_runs_each_dtype_and_auto_with_the_chat_repetition_penalty(tiny_l
     runner.warm_up(methods)
     results = runner.run([load_suite("chat", 2)], methods)
     assert all(r.identical for r in results if not r.method.startswith("prompt")), results
+    assert all(r.same_as_plain is not None for r in results)  # each dtype has its plain loop here
     auto = [r for r in results if r.method == "auto"]
     assert all(sum(r.settings.values()) == r.new_tokens - 1 for r in auto)
     lookup = [r for r in results if r.method == "prompt lookup"]
