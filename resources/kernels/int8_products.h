@@ -60,8 +60,13 @@ constexpr int kInputRows = 8;
 // How far ahead of the weight vector in use the next weights are asked for. With several rows a weight
 // vector is followed by many multiply-adds, which fill the processor's window and leave too few loads in
 // flight for the memory to stream at its speed (the hardware prefetcher alone lags): 8-row steps spent
-// most of their product time waiting on the weights.
+// most of their product time waiting on the weights. The distances are measured ones (docs/performance.md):
+// 2 KB with packed weights (on Sapphire Rapids), 4 KB for int16 rows (on an AVX2 AMD Zen 2).
+#ifdef LOOKAHEAD_PACKED_WEIGHTS
 constexpr int64_t kPrefetchBytes = 2048;
+#else
+constexpr int64_t kPrefetchBytes = 4096;
+#endif
 
 // The largest level a row of K inputs is rounded to: 127 x 128 for two bytes, else int16 and no int32 sum
 // of K products with int8 weights (|w| <= 128) may overflow.
