@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from core.autotune.measure import CPU_CURVE_SIZES, measure_step_seconds
+from core.autotune.measure import CPU_CURVE_SIZES, CUDA_CURVE_SIZES, measure_step_seconds
 from core.runtime.architecture import supports_llama_step
 from core.runtime.compiled.step import compile_step, why_not_compilable
 from core.runtime.lean_step import COMPILED_LAYERS, LlamaStep
@@ -155,9 +155,13 @@ def profile_table(profiles: Sequence[StepProfile]) -> str:
     return "\n".join(lines)
 
 
-def curve_table(models: Mapping[str, PreparedModel], sizes: Sequence[int] = CPU_CURVE_SIZES) -> str:
+def curve_table(models: Mapping[str, PreparedModel], sizes: Sequence[int] | None = None) -> str:
     """A markdown table: each model's step cost curve as Auto's calibration measures it (its fastest step, 256
-    cached tokens), in ms and in 1-token steps: what decides whether lookahead pays here."""
+    cached tokens, the sizes it measures on the models' device), in ms and in 1-token steps: what decides
+    whether lookahead pays here."""
+    if sizes is None:
+        on_gpu = any(model.device.type == "cuda" for model in models.values())
+        sizes = CUDA_CURVE_SIZES if on_gpu else CPU_CURVE_SIZES
     header = " | ".join(str(size) for size in sizes)
     lines = [f"| step cost curve | {header} |", "|---|" + "---:|" * len(sizes)]
     for name, model in models.items():

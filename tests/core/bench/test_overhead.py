@@ -43,3 +43,5 @@ def test_the_curve_table_gives_each_models_step_costs_in_ms_and_in_one_token_ste
     assert ms.startswith("| fp32, ms | ") and all(float(cell) > 0 for cell in ms.strip("|").split("|")[1:])
     cells = [float(cell) for cell in ratios.strip("|").split("|")[1:]]
     assert ratios.startswith("| fp32, x 1-token | 1.00 |") and all(c > 0 for c in cells)
+    default = curve_table({"fp32": PreparedModel(model)})  # on the CPU, the sizes CPU calibration measures
+    assert default.splitlines()[0] == "| step cost curve | 1 | 2 | 4 | 8 | 16 | 32 |"
