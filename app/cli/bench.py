@@ -139,12 +139,13 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def _parse_config(spec: str) -> LookaheadConfig:
-    """``W:N:G`` as a validated config."""
+    """``W:N:G`` or ``W:N:G:cut`` as a validated config."""
     parts = spec.split(":")
-    if len(parts) != 3:
-        raise ValueError("three numbers are needed")
-    window, ngram, guesses = (int(v) for v in parts)
-    return LookaheadConfig(window, ngram, guesses)
+    cut = parts[3:] == ["cut"]
+    if len(parts) != (4 if cut else 3):
+        raise ValueError("three numbers are needed, then optionally 'cut'")
+    window, ngram, guesses = (int(v) for v in parts[:3])
+    return LookaheadConfig(window, ngram, guesses, cut_to_match=cut)
 
 
 def _save_chart(rows: Any, path: Path) -> None:

@@ -135,7 +135,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=0, help="prompts per suite (0: all)")
     bench.add_argument("--max-new-tokens", type=_new_tokens, default=128)
     bench.add_argument(
-        "--configs", default="auto", help="'auto' (the app's Auto) and/or fixed lookahead W:N:G, comma-separated"
+        "--configs",
+        default="auto",
+        help="'auto' (the app's Auto) and/or fixed lookahead W:N:G (W:N:G:cut: candidates cut to the context that "
+        "found them), comma-separated",
     )
     bench.add_argument(
         "--dtypes",

@@ -156,7 +156,7 @@ class Calibration:
     @classmethod
     def from_dict(cls, data: dict[str, Any], learned: dict[str, tuple[float, float]] | None = None) -> Calibration:
         curve = StepCostCurve.from_dict(data["curve"])
-        settings = [_parse_label(e["setting"]) for e in data["estimates"] if e["setting"] != "plain"]
+        settings = [LookaheadConfig.from_label(e["setting"]) for e in data["estimates"] if e["setting"] != "plain"]
         return cls(
             str(data["device"]),
             str(data["dtype"]),
@@ -170,11 +170,6 @@ class Calibration:
             tuple(str(name) for name in data.get("untried", [])),
             bool(data.get("compiled_rows", False)),
         )
-
-
-def _parse_label(label: str) -> LookaheadConfig:
-    w, n, g = (int(part[1:]) for part in label.split())
-    return LookaheadConfig(w, n, g)
 
 
 def calibrate(

@@ -14,26 +14,30 @@ from core.autotune.curve import StepCostCurve
 from core.lookahead.config import LookaheadConfig
 
 # Tokens per step and tokens fed per step of each setting, greedy on the default model
-# (SmolLM2-135M-Instruct, bf16, the tuning suites: 12 prompts with the bench's system prompt, 80 new
+# (SmolLM2-135M-Instruct, int8, the tuning suites: 12 prompts with the bench's system prompt, 80 new
 # tokens). They are properties of the model and the text, not of the machine: only the starting
-# point, replaced by what each answer measures (AutoChooser) and by `tune`.
-PRIORS: dict[tuple[int, int, int], tuple[float, float]] = {
-    (0, 3, 1): (1.18, 1.9),
-    (0, 4, 1): (1.21, 2.3),
-    (0, 4, 2): (1.25, 2.8),
-    (0, 5, 2): (1.25, 3.5),
-    (0, 5, 4): (1.28, 4.2),
-    (0, 6, 2): (1.27, 4.0),
-    (0, 6, 3): (1.28, 4.6),
-    (0, 6, 4): (1.27, 4.9),
-    (2, 3, 2): (1.31, 5.7),
-    (2, 4, 2): (1.30, 8.3),
-    (3, 3, 3): (1.37, 8.2),
-    (3, 4, 3): (1.36, 12.1),
-    (5, 4, 5): (1.50, 19.1),
-    (7, 5, 7): (1.59, 34.5),
-    (10, 5, 10): (1.63, 47.8),
-    (15, 5, 15): (1.70, 69.7),
+# point, replaced by what each answer measures (AutoChooser) and by `tune`. The `cut` settings feed
+# fewer tokens for nearly as many: which kind wins depends on what a token fed costs here.
+PRIORS: dict[str, tuple[float, float]] = {
+    "W0 N3 G1": (1.22, 1.9),
+    "W0 N3 G1 cut": (1.20, 1.6),
+    "W0 N4 G1": (1.27, 2.3),
+    "W0 N4 G1 cut": (1.21, 1.7),
+    "W0 N4 G2": (1.30, 2.9),
+    "W0 N4 G2 cut": (1.24, 1.8),
+    "W0 N5 G2": (1.33, 3.4),
+    "W0 N5 G4": (1.34, 4.1),
+    "W0 N6 G2": (1.33, 4.0),
+    "W0 N6 G3": (1.34, 4.6),
+    "W0 N6 G4": (1.34, 5.0),
+    "W2 N3 G2": (1.30, 5.7),
+    "W2 N4 G2": (1.35, 8.4),
+    "W3 N3 G3": (1.37, 8.3),
+    "W3 N4 G3": (1.43, 12.1),
+    "W5 N4 G5": (1.53, 19.2),
+    "W7 N5 G7": (1.62, 34.5),
+    "W10 N5 G10": (1.66, 48.1),
+    "W15 N5 G15": (1.65, 69.9),
 }
 START_MARGIN = 1.05  # a setting must be predicted this much faster than plain to be tried first
 KEEP_RATIO = 0.95  # settings predicted below this fraction of plain's speed are never run
@@ -56,7 +60,7 @@ class Estimate:
 
 def grid(device_type: str) -> list[LookaheadConfig]:
     """The settings Auto considers: verification only (W=0) and lookahead windows up to the paper's."""
-    settings = [LookaheadConfig(w, n, g) for (w, n, g) in PRIORS]
+    settings = [LookaheadConfig.from_label(label) for label in PRIORS]
     return settings if device_type == "cuda" else [s for s in settings if s.window <= 7]
 
 
@@ -67,7 +71,7 @@ def predict(
     tokens fed) replaces the priors where the model's own answers have measured them."""
     estimates = []
     for s in settings:
-        tps, fed = (learned or {}).get(s.label) or PRIORS.get((s.window, s.ngram, s.guesses)) or _rough_prior(s)
+        tps, fed = (learned or {}).get(s.label) or PRIORS.get(s.label) or _rough_prior(s)
         estimates.append(Estimate(s, tps, fed, tps / curve.relative(fed)))
     return sorted(estimates, key=lambda e: -e.speedup)
 

@@ -18,6 +18,9 @@ class LookaheadConfig:
         pool_from_output: add the answer's own n-grams to the pool as they are emitted (with both
             pool options off, candidates come from the Jacobi window alone).
         seed: seeds the random prompt tokens that fill the initial window.
+        cut_to_match: cut each candidate to as many tokens as the context that found it (a guess found
+            after only the last token proposes one token; after the last three tokens, up to three): fewer
+            tokens fed for guesses that seldom hold, which pays where each token fed costs (a CPU).
     """
 
     window: int = 7
@@ -26,6 +29,7 @@ class LookaheadConfig:
     pool_from_prompt: bool = True
     seed: int = 0
     pool_from_output: bool = True
+    cut_to_match: bool = False
 
     def __post_init__(self) -> None:
         if self.window < 0:
@@ -41,7 +45,17 @@ class LookaheadConfig:
 
     @property
     def label(self) -> str:
-        return f"W{self.window} N{self.ngram} G{self.guesses}"
+        return f"W{self.window} N{self.ngram} G{self.guesses}{' cut' if self.cut_to_match else ''}"
+
+    @classmethod
+    def from_label(cls, label: str) -> LookaheadConfig:
+        """The setting a :attr:`label` names (``W0 N3 G1`` or ``W0 N3 G1 cut``)."""
+        parts = label.split()
+        cut = parts[3:] == ["cut"]
+        if len(parts) != (4 if cut else 3) or [p[:1] for p in parts[:3]] != ["W", "N", "G"]:
+            raise ValueError(f"not a lookahead setting: {label!r}")
+        window, ngram, guesses = (int(p[1:]) for p in parts[:3])
+        return cls(window, ngram, guesses, cut_to_match=cut)
 
     @property
     def max_step_tokens(self) -> int:

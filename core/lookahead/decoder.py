@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import torch
 
 from core.lookahead.config import LookaheadConfig
+from core.lookahead.context import ContextIndex
 from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import TokenPolicy, verify_with_policy
 from core.lookahead.stats import DecodeStats
@@ -129,12 +130,13 @@ class Decoding:
         self._mask: torch.Tensor | None = None
         self._windows: dict[tuple[int, int], JacobiWindow] = {}
         self._shadows: list[LookaheadConfig] = list(getattr(chooser, "shadow_settings", ()))
-        # one pool lookup per n-gram size serves every shadow of that size: a setting's candidates are the
+        # one lookup per n-gram size and cut serves every shadow of that kind: a setting's candidates are the
         # first G of the lookup with the most guesses
+        kinds = {(s.ngram, s.cut_to_match) for s in self._shadows}
         self._shadow_lookups = {
-            n: max(s.guesses for s in self._shadows if s.ngram == n) for n in {s.ngram for s in self._shadows}
+            kind: max(s.guesses for s in self._shadows if (s.ngram, s.cut_to_match) == kind) for kind in kinds
         }
-        self._pending: deque[tuple[int, dict[int, list[tuple[int, ...]]]]] = deque()
+        self._pending: deque[tuple[int, dict[tuple[int, bool], list[tuple[int, ...]]]]] = deque()
         settings = [s for s in (chooser.settings if chooser else [lookahead]) if s is not None]
         self.pool: NGramPool | None = None
         if settings:
@@ -148,6 +150,8 @@ class Decoding:
                 self.pool.add_sequence(self.prompt)
             self._seed = settings[0].seed
             self._pool_from_output = settings[0].pool_from_output
+            self._context = ContextIndex()
+            self._context.extend(self.prompt, record=settings[0].pool_from_prompt)
             self._max_step = max(s.max_step_tokens for s in settings)
             self._mask_dtype = self.prepared.dtype
 
@@ -161,6 +165,8 @@ class Decoding:
             with torch.inference_mode():
                 self._timer.start()
                 x = self._prefill()
+                if self.pool is not None:
+                    self._context.extend([x], record=self._pool_from_output)
                 yield from self._emit([x], self._timer.stop(), None, prefill=True)
                 while self.finish_reason is None:
                     if self.cancel is not None and self.cancel.cancelled:
@@ -168,11 +174,9 @@ class Decoding:
                         return
                     setting = self.chooser.choose() if self.chooser is not None else self.config
                     if self._shadows:  # what each would verify now; scored once the answer is known
-                        lookups = (
-                            {n: self.pool.candidates(x, g, n - 1) for n, g in self._shadow_lookups.items()}
-                            if x in self.pool
-                            else {}  # most steps of a chat: nothing to verify for any of them
-                        )
+                        lookups = {
+                            (n, cut): self._candidates(x, n, g, cut) for (n, cut), g in self._shadow_lookups.items()
+                        }
                         self._pending.append((len(self.tokens), lookups))
                     fed_before = self.stats.fed_tokens
                     self._timer.start()
@@ -180,8 +184,10 @@ class Decoding:
                     seconds = self._timer.stop()
                     if self.chooser is not None:
                         self.chooser.observe(setting, len(emitted), seconds, self.stats.fed_tokens - fed_before)
-                    if self.pool is not None and self._pool_from_output:
-                        self._add_output_ngrams(emitted)
+                    if self.pool is not None:
+                        if self._pool_from_output:
+                            self._add_output_ngrams(emitted)
+                        self._context.extend(emitted, record=self._pool_from_output)
                     x = emitted[-1]
                     yield from self._emit(emitted, seconds, setting)
                     if len(self._pending) >= SHADOW_BATCH or self.finish_reason is not None:
@@ -213,7 +219,7 @@ class Decoding:
         """Score the pending steps whose following tokens are known: greedy verification accepts a
         candidate's longest prefix that the answer itself continues with, plus one token."""
         assert self.chooser is not None or not self._pending
-        longest = max(self._shadow_lookups, default=0)
+        longest = max((n for n, _ in self._shadow_lookups), default=0)
         scores = []
         while self._pending:
             start, lookups = self._pending[0]
@@ -224,7 +230,7 @@ class Decoding:
             if not after:
                 continue
             for setting in self._shadows:
-                found = lookups.get(setting.ngram, ())[: setting.guesses]
+                found = lookups.get((setting.ngram, setting.cut_to_match), [])[: setting.guesses]
                 accepted = max((_common_prefix(c, after) for c in found), default=0)
                 scores.append((setting, min(accepted + 1, len(after)), 1 + _tree_size(found)))
         if scores:
@@ -267,8 +273,7 @@ class Decoding:
         return [self._choose(self._forward(ids, positions, 1)[-1])]
 
     def _lookahead_step(self, x: int, cfg: LookaheadConfig) -> list[int]:
-        assert self.pool is not None
-        candidates = self.pool.candidates(x, cfg.guesses, cfg.ngram - 1)
+        candidates = self._candidates(x, cfg.ngram, cfg.guesses, cfg.cut_to_match)
         if not candidates and not cfg.window:  # nothing to verify: a plain step is the same step, cheaper
             return self._plain_step(x)
         tree = build_tree(candidates)
@@ -307,6 +312,24 @@ class Decoding:
         if window is not None:
             window.update(x, predictions[1 : 1 + cfg.window], self.pool)
         return emitted
+
+    def _candidates(self, x: int, ngram: int, guesses: int, cut: bool) -> list[tuple[int, ...]]:
+        """Up to ``guesses`` continuations of x of at most ``ngram - 1`` tokens: first what followed the
+        longest earlier occurrence of the text's last tokens (x's own context), then the pool's under x,
+        newest first. ``cut``: each only as long as the context that found it (the pool's: one token)."""
+        assert self.pool is not None
+        found: dict[tuple[int, ...], None] = {}
+        matched, follower = self._context.continuation(ngram - 1)
+        if follower and guesses:
+            found[follower[:matched] if cut else follower] = None
+        if len(found) < guesses and x in self.pool:
+            for candidate in self.pool.candidates(x, guesses, ngram - 1):
+                candidate = candidate[:1] if cut else candidate
+                if not any(f[: len(candidate)] == candidate for f in found):  # a prefix adds nothing to verify
+                    found[candidate] = None
+                if len(found) == guesses:
+                    break
+        return list(found)
 
     def _window(self, cfg: LookaheadConfig) -> JacobiWindow:
         """The Jacobi window of a (W, N); kept while other settings run, since any guesses stay valid."""

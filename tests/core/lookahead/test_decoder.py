@@ -100,6 +100,24 @@ def test_verification_only_needs_a_guess() -> None:
     assert LookaheadConfig(0, 4, 2).max_step_tokens == 7
 
 
+@pytest.mark.parametrize("setting", [LookaheadConfig(7, 5, 7), LookaheadConfig(0, 3, 1, cut_to_match=True)])
+def test_a_setting_is_found_again_from_its_label(setting: LookaheadConfig) -> None:
+    assert LookaheadConfig.from_label(setting.label) == setting
+    with pytest.raises(ValueError, match="not a lookahead setting"):
+        LookaheadConfig.from_label(setting.label + " x")
+
+
+def test_guesses_come_first_from_the_longest_earlier_context_then_from_the_pool() -> None:
+    """After ... 7 8 9 the tokens that followed 7 8 9 before are the first guess, not the pool's newest
+    n-gram under 9; cut to the context's length when asked, the pool's own guesses to one token."""
+    model = make_model(tiny_llama_config(96), seed=0)
+    prompt = [7, 8, 9, 40, 41, 42, 5, 9, 50, 51, 52, 6, 8, 9, 60, 61, 7, 8, 9]
+    decoding = Decoding(model, prompt, lookahead=LookaheadConfig(0, 4, 3), max_new_tokens=1)  # prompt indexed
+    assert decoding._candidates(9, 4, 3, cut=False) == [(40, 41, 42), (60, 61, 7), (50, 51, 52)]
+    assert decoding._candidates(9, 4, 3, cut=True) == [(40, 41, 42), (60,), (50,)]  # (40,) adds nothing
+    assert decoding._candidates(9, 4, 1, cut=True) == [(40, 41, 42)]
+
+
 class Scoring(Alternating):
     """Runs verification-only settings and also scores them in the shadow, as Auto does."""
 
@@ -113,13 +131,14 @@ class Scoring(Alternating):
             self.scored[setting.label].append((tokens, fed))
 
 
+@pytest.mark.parametrize("cut", [False, True])
 @pytest.mark.parametrize("seed", range(3))
-def test_shadow_scores_equal_what_the_setting_does_when_it_runs(seed: int) -> None:
+def test_shadow_scores_equal_what_the_setting_does_when_it_runs(seed: int, cut: bool) -> None:
     """Scoring a verification-only setting from the answer gives exactly its real tokens and fed
     tokens per step: Auto can pick among them without running each."""
     model = make_model(tiny_llama_config(96), seed=seed)
     prompt = list(range(10, 30)) * 2
-    setting = LookaheadConfig(0, 4, 2)
+    setting = LookaheadConfig(0, 4, 2, cut_to_match=cut)
     chooser = Scoring([setting])
     decoding = Decoding(model, prompt, chooser=chooser, max_new_tokens=60)
     list(decoding)

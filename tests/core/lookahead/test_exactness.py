@@ -16,6 +16,7 @@ CONFIGS = [
     LookaheadConfig(window=3, ngram=6, guesses=0),
     LookaheadConfig(window=0, ngram=4, guesses=3),  # verification only
     LookaheadConfig(window=0, ngram=2, guesses=1, pool_from_prompt=False),
+    LookaheadConfig(window=0, ngram=5, guesses=2, cut_to_match=True),  # candidates as long as their context
 ]
 
 
