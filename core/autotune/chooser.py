@@ -45,10 +45,27 @@ class _Shadow:
     relative_cost: float  # of a step feeding verified_fed tokens, over a plain step's
     observed: int = 0
     verified: int = 0
+    # the same over about STEADY_STEPS verifying steps: which setting verifies (the running arm's figures,
+    # above, follow the text faster)
+    steady_tokens: float = 0.0
+    steady_fed: float = 1.0
+    steady_cost: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.steady_tokens, self.steady_fed, self.steady_cost = (
+            self.verified_tokens,
+            self.verified_fed,
+            self.relative_cost,
+        )
 
 
 PROBE_STEPS = 3
 """Steps a probe of a lookahead setting measures (a plain probe measures one)."""
+
+STEADY_STEPS = 100
+"""Verifying steps over which the verification settings are compared: which one verifies changes only when
+another has led over about this many (the tokens a step accepted swing with every few lines of text, and a
+choice that followed them would chase noise: measured, 3% slower than the best setting held fixed)."""
 
 REPROBE_AFTER = 512
 """Steps after which a setting that measured slower is probed again anyway (every arm was predicted
@@ -129,14 +146,18 @@ class AutoChooser:
                 weight = max(self.smoothing / 2, 1.0 / (shadow.verified + PRIOR_STEPS))
                 shadow.verified_tokens += weight * (tokens - shadow.verified_tokens)
                 shadow.verified_fed += weight * (fed - shadow.verified_fed)
+                weight = max(1.0 / STEADY_STEPS, 1.0 / (shadow.verified + PRIOR_STEPS))
+                shadow.steady_tokens += weight * (tokens - shadow.steady_tokens)
+                shadow.steady_fed += weight * (fed - shadow.steady_fed)
                 shadow.verified += 1
         for shadow in self._shadows.values():
             shadow.relative_cost = self.calibration.curve.relative(shadow.verified_fed)
+            shadow.steady_cost = self.calibration.curve.relative(shadow.steady_fed)
         arm = self._verify
         assert arm is not None
-        best = max(self._shadows.values(), key=_shadow_rate)
+        best = max(self._shadows.values(), key=_steady_rate)
         running = self._shadows.get(arm.setting)
-        if best is not running and (running is None or _shadow_rate(best) > self.switch_margin * _shadow_rate(running)):
+        if best is not running and (running is None or _steady_rate(best) > self.switch_margin * _steady_rate(running)):
             arm.setting, running = best.setting, best
         if running is not None:
             arm.tokens_per_step, arm.fed_tokens = running.verified_tokens, running.verified_fed
@@ -250,9 +271,9 @@ def _rate(arm: _Arm) -> float:
     return arm.tokens_per_step / arm.seconds
 
 
-def _shadow_rate(shadow: _Shadow) -> float:
-    """Tokens per plain step's time, on the steps it verifies."""
-    return shadow.verified_tokens / shadow.relative_cost
+def _steady_rate(shadow: _Shadow) -> float:
+    """Tokens per plain step's time on the steps it verifies, over about :data:`STEADY_STEPS` of them."""
+    return shadow.steady_tokens / shadow.steady_cost
 
 
 def _label(setting: LookaheadConfig | None) -> str:

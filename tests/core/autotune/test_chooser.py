@@ -9,7 +9,7 @@ import torch
 
 from core.autotune import auto_lookahead
 from core.autotune.calibration import Calibration, calibrate, calibrate_dtypes, choose_variant, may_be_chosen
-from core.autotune.chooser import AutoChooser
+from core.autotune.chooser import STEADY_STEPS, AutoChooser
 from core.autotune.curve import StepCostCurve
 from core.autotune.predict import START_MARGIN, grid, predict
 from core.lookahead import LookaheadConfig, lookahead_generate
@@ -324,3 +324,20 @@ def test_the_verification_arm_follows_the_shadow_scores() -> None:
         chooser.observe_shadows([(s, s.ngram if s == target else 1, 1 + s.ngram - 1) for s in shadows])
     assert set(chooser.rates()) == {"plain", target.label}  # the arms: plain, and verification with the target
     assert chooser.learned()[target.label][0] > 0.9 * target.ngram
+
+
+def test_the_verification_arm_does_not_chase_a_few_lucky_steps() -> None:
+    """Which setting verifies follows about STEADY_STEPS verifying steps: a rival that accepted more on the
+    last dozen steps, after a hundred where the running one did better, does not take over."""
+    chooser = AutoChooser(_calibration(MEDIUM))
+    shadows = chooser.shadow_settings
+    steady, lucky = shadows[0], next(s for s in shadows if s != shadows[0])
+    scores = lambda good: [(s, s.ngram if s == good else 1, s.ngram) for s in shadows]  # noqa: E731
+    for _ in range(100):
+        chooser.observe_shadows(scores(steady))
+    for _ in range(12):
+        chooser.observe_shadows(scores(lucky))
+    assert steady.label in chooser.rates()  # still the one verifying
+    for _ in range(STEADY_STEPS):
+        chooser.observe_shadows(scores(lucky))
+    assert lucky.label in chooser.rates() and steady.label not in chooser.rates()  # a lead that lasts wins
