@@ -65,7 +65,7 @@ PROBE_STEPS = 3
 STEADY_STEPS = 100
 """Verifying steps over which the verification settings are compared: which one verifies changes only when
 another has led over about this many (the tokens a step accepted swing with every few lines of text, and a
-choice that followed them would chase noise: measured, 3% slower than the best setting held fixed)."""
+choice that followed them chases noise, feeding more tokens than any one setting held fixed)."""
 
 REPROBE_AFTER = 512
 """Steps after which a setting that measured slower is probed again anyway (every arm was predicted

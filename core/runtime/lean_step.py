@@ -164,7 +164,7 @@ class LlamaStep:
         with _profiler_label(COMPILED_LAYERS):
             for start in range(0, q, chunk):
                 end = min(q, start + chunk)
-                # a boolean index costs about 25 us a step: only a prompt in chunks needs one
+                # a boolean index is a few tensor operations a step: only a prompt in chunks needs one
                 kept = rows if chunk == q else rows[(rows >= start) & (rows < end)] - start
                 logits.append(
                     decoder(
