@@ -9,7 +9,7 @@ switching never changes the output.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.autotune.calibration import Calibration, calibrate
@@ -47,9 +47,9 @@ class _Shadow:
     verified: int = 0
     # the same over about STEADY_STEPS verifying steps: which setting verifies (the running arm's figures,
     # above, follow the text faster)
-    steady_tokens: float = 0.0
-    steady_fed: float = 1.0
-    steady_cost: float = 1.0
+    steady_tokens: float = field(init=False)
+    steady_fed: float = field(init=False)
+    steady_cost: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.steady_tokens, self.steady_fed, self.steady_cost = (

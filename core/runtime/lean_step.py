@@ -165,7 +165,7 @@ class LlamaStep:
             for start in range(0, q, chunk):
                 end = min(q, start + chunk)
                 # a boolean index is a few tensor operations a step: only a prompt in chunks needs one
-                kept = rows if chunk == q else rows[(rows >= start) & (rows < end)] - start
+                kept = rows if end - start == q else rows[(rows >= start) & (rows < end)] - start
                 logits.append(
                     decoder(
                         hidden[0, start:end],
