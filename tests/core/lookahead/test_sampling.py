@@ -118,3 +118,40 @@ def test_generate_with_do_sample_uses_lookahead_sampling(model) -> None:
 def test_sampling_refuses_a_temperature_it_cannot_divide_by(temperature: float) -> None:
     with pytest.raises(ValueError, match="at least"):
         SamplingConfig(temperature=temperature)
+
+
+def test_the_repetition_penalty_gives_transformers_numbers_bit_for_bit() -> None:
+    from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(1, 500, generator=generator) * 4
+    repeated = torch.randint(0, 500, (1, 300), generator=generator)  # with repeats: each id penalised once
+    beyond = torch.cat([repeated, torch.tensor([[500, 731]])], dim=1)  # ids past the head's vocabulary
+    for penalty in (1.1, 0.8):
+        for ids in (repeated, beyond, repeated[:, :0]):
+            ours = sampling.RepetitionPenalty(penalty)(ids, scores.clone())
+            theirs = RepetitionPenaltyLogitsProcessor(penalty)(ids, scores.clone())
+            assert torch.equal(ours, theirs)
+    assert not torch.equal(sampling.RepetitionPenalty(1.1)(repeated, scores.clone()), scores)
+
+
+def test_greedy_decoding_with_the_penalty_matches_generate(model) -> None:
+    prompt = torch.tensor([PROMPT])
+    reference = model.generate(prompt, max_new_tokens=24, min_new_tokens=24, do_sample=False, repetition_penalty=1.2)
+    policy = TokenPolicy(SamplingConfig(repetition_penalty=1.2).processors(), do_sample=False)
+    for lookahead in (None, LookaheadConfig(0, 3, 2), LookaheadConfig(3, 3, 3)):
+        decoding = Decoding(model, PROMPT, lookahead=lookahead, max_new_tokens=24, policy=policy)
+        list(decoding)
+        assert decoding.tokens == reference[0, len(PROMPT) :].tolist()
+
+
+def test_a_processor_that_needs_more_arguments_goes_through_transformers_list() -> None:
+    class NeedsCurrentLength:
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, cur_len: int) -> torch.Tensor:
+            return scores
+
+    from transformers.generation.logits_process import LogitsProcessorList
+
+    policy = TokenPolicy(LogitsProcessorList([NeedsCurrentLength()]), do_sample=False)
+    with pytest.raises(ValueError, match="required parameters"):  # transformers' list asks for them by name
+        policy.scores(torch.tensor([PROMPT]), torch.zeros(VOCAB))
