@@ -166,7 +166,7 @@ class AutoChooser:
 
     def rates(self) -> dict[str, float]:
         """Estimated tokens per second of every setting, as now believed."""
-        return {_label(a.setting): a.tokens_per_step / a.seconds for a in self._arms}
+        return {_label(a.setting): self._rate(a) for a in self._arms}
 
     def learned(self, min_steps: int = 24) -> dict[str, tuple[float, float]]:
         """Tokens per step and tokens fed, measured (or scored) over at least ``min_steps`` steps, per non-plain setting."""
@@ -241,9 +241,19 @@ class AutoChooser:
         if self._verify is not None and self._shadows:
             self._verify.seconds = self._predicted(self._verify.fed_tokens) + self._verify_extra
 
+    def _rate(self, arm: _Arm) -> float:
+        """Tokens per second an arm is expected to run at. The verification arm's is the lower of its rate over the
+        last dozen verifying steps and its setting's over about :data:`STEADY_STEPS`: where verifying does not pay
+        on the whole (one-token guesses that seldom hold), a short run of lucky steps does not make it run."""
+        rate = arm.tokens_per_step / arm.seconds
+        steady = self._shadows.get(arm.setting) if arm is self._verify and arm.setting is not None else None
+        if steady is not None:
+            rate = min(rate, steady.steady_tokens / (self._predicted(steady.steady_fed) + self._verify_extra))
+        return rate
+
     def _switch_to_best(self) -> None:
-        best = max(self._arms, key=_rate)
-        if best is not self._current and _rate(best) > self.switch_margin * _rate(self._current):
+        best = max(self._arms, key=self._rate)
+        if best is not self._current and self._rate(best) > self.switch_margin * self._rate(self._current):
             self._current = best
             self._probe_left = 0
 
@@ -259,16 +269,12 @@ class AutoChooser:
         plain = next((a for a in others if a.setting is None), None)
         if plain is not None and self._steps - plain.last_step >= 2 * self.probe_every:
             return plain
-        rival = max(others, key=_rate)
-        if _rate(rival) >= KEEP_RATIO * _rate(self._current):
+        rival = max(others, key=self._rate)
+        if self._rate(rival) >= KEEP_RATIO * self._rate(self._current):
             return rival
         # What measured slower once may win on other text (code after chat): each gets another look now and then.
         stale = min(others, key=lambda a: a.last_step)
         return stale if self._steps - stale.last_step >= REPROBE_AFTER else None
-
-
-def _rate(arm: _Arm) -> float:
-    return arm.tokens_per_step / arm.seconds
 
 
 def _steady_rate(shadow: _Shadow) -> float:

@@ -229,7 +229,8 @@ def test_verification_resumes_when_its_scores_show_it_pays_again_without_running
     assert ran[150:200].count(None) >= 45  # it lost
     back = next(i for i in range(200, 400) if ran[i] is not None and ran[i].window == 0)
     after = ran[back:]
-    assert back < 200 + 8 and sum(s is not None and s.window == 0 for s in after) >= 0.9 * len(after)  # and stays
+    # back once its steady average (about 16 steps of 3 tokens here) shows it pays too, and stays
+    assert back < 200 + 20 and sum(s is not None and s.window == 0 for s in after) >= 0.9 * len(after)
 
 
 def test_a_resumed_window_is_judged_after_it_refills() -> None:
@@ -341,3 +342,21 @@ def test_the_verification_arm_does_not_chase_a_few_lucky_steps() -> None:
     for _ in range(STEADY_STEPS):
         chooser.observe_shadows(scores(lucky))
     assert lucky.label in chooser.rates() and steady.label not in chooser.rates()  # a lead that lasts wins
+
+
+def test_a_dozen_lucky_steps_do_not_start_a_verification_that_loses_on_the_whole() -> None:
+    """Verification runs only where its setting's average over about STEADY_STEPS verifying steps beats plain
+    too: after 200 steps whose one-token guesses all failed, a dozen that held (two tokens a step) leave it off,
+    where its fast average alone would have switched it on for the next stretch of failures."""
+    chooser = _verifying_chooser()
+
+    def report(step: int, setting: LookaheadConfig | None) -> None:
+        shadow = (2, 2) if 200 <= step < 212 else (1, 2)
+        if setting is None:
+            _step(chooser, None, 1, 0.04, 1, shadow)
+        else:  # what the verification steps cost here: 1.1x a plain step
+            _step(chooser, setting, shadow[0] if setting.window == 0 else 1, 0.044, 2, shadow)
+
+    ran = _drive(chooser, 300, report)
+    assert ran[150:200].count(None) >= 45  # it lost
+    assert ran[200:300].count(None) >= 95, ran[200:300]  # a probe at most
