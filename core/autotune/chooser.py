@@ -42,21 +42,16 @@ class _Shadow:
     fed_tokens: float
     verified_tokens: float
     verified_fed: float
-    relative_cost: float  # of a step feeding verified_fed tokens, over a plain step's
+    # over about STEADY_STEPS verifying steps, which decides which setting verifies (the running arm's figures,
+    # above, follow the text faster): tokens, and each step's cost over a plain step's averaged (not the cost of
+    # the average tokens fed, which on a convex curve favours settings whose steps vary more in size)
+    steady_cost: float
     observed: int = 0
     verified: int = 0
-    # the same over about STEADY_STEPS verifying steps: which setting verifies (the running arm's figures,
-    # above, follow the text faster)
     steady_tokens: float = field(init=False)
-    steady_fed: float = field(init=False)
-    steady_cost: float = field(init=False)
 
     def __post_init__(self) -> None:
-        self.steady_tokens, self.steady_fed, self.steady_cost = (
-            self.verified_tokens,
-            self.verified_fed,
-            self.relative_cost,
-        )
+        self.steady_tokens = self.verified_tokens
 
 
 PROBE_STEPS = 3
@@ -66,6 +61,13 @@ STEADY_STEPS = 100
 """Verifying steps over which the verification settings are compared: which one verifies changes only when
 another has led over about this many (the tokens a step accepted swing with every few lines of text, and a
 choice that followed them chases noise, feeding more tokens than any one setting held fixed)."""
+
+COST_STEPS = 50
+"""Steps of one size over which what such a step costs relative to a plain step is learned (see
+:meth:`AutoChooser._relative`)."""
+
+LEARNED_FROM = 8
+"""Steps of a size measured before their learned cost replaces the calibration's."""
 
 REPROBE_AFTER = 512
 """Steps after which a setting that measured slower is probed again anyway (every arm was predicted
@@ -112,13 +114,15 @@ class AutoChooser:
         # of them runs as the verification arm follows those scores.
         self._verify = next((a for a in self._arms if a.setting is not None and a.setting.window == 0), None)
         self._verify_extra = 0.0  # seconds a verification step measured beyond the curve's cost (_cost_verification)
+        self._learned_cost: dict[int, tuple[float, int]] = {}  # tokens fed -> (cost over a plain step, steps measured)
         self._shadows: dict[LookaheadConfig, _Shadow] = {}
         if self._verify is not None:
             for e in calibration.estimates:
                 if e.setting is not None and e.setting.window == 0 and e.speedup >= KEEP_RATIO:
                     tokens, fed = e.tokens_per_step, e.fed_tokens
-                    relative = calibration.curve.relative(fed)
-                    self._shadows[e.setting] = _Shadow(e.setting, tokens, fed, tokens, fed, relative)
+                    self._shadows[e.setting] = _Shadow(
+                        e.setting, tokens, fed, tokens, fed, calibration.curve.relative(fed)
+                    )
 
     @property
     def settings(self) -> list[LookaheadConfig | None]:
@@ -136,6 +140,7 @@ class AutoChooser:
         in step order: greedy verification is known exactly once the following tokens are. A step that fed
         one token had nothing to verify (the decoder runs a plain step then). Picks the verification arm's
         setting and, from every step, its tokens per verifying step."""
+        costs: dict[int, float] = {}
         for setting, tokens, fed in scores:
             shadow = self._shadows[setting]
             weight = max(self.smoothing / 2, 1.0 / (shadow.observed + PRIOR_STEPS))
@@ -147,12 +152,11 @@ class AutoChooser:
                 shadow.verified_tokens += weight * (tokens - shadow.verified_tokens)
                 shadow.verified_fed += weight * (fed - shadow.verified_fed)
                 weight = max(1.0 / STEADY_STEPS, 1.0 / (shadow.verified + PRIOR_STEPS))
+                if fed not in costs:
+                    costs[fed] = self._relative(fed)
                 shadow.steady_tokens += weight * (tokens - shadow.steady_tokens)
-                shadow.steady_fed += weight * (fed - shadow.steady_fed)
+                shadow.steady_cost += weight * (costs[fed] - shadow.steady_cost)
                 shadow.verified += 1
-        for shadow in self._shadows.values():
-            shadow.relative_cost = self.calibration.curve.relative(shadow.verified_fed)
-            shadow.steady_cost = self.calibration.curve.relative(shadow.steady_fed)
         arm = self._verify
         assert arm is not None
         best = max(self._shadows.values(), key=_steady_rate)
@@ -218,6 +222,7 @@ class AutoChooser:
         arm.last_step = self._steps
         self._last = arm
         if arm is self._verify and self._shadows:  # what its steps cost beyond the curve's prediction
+            self._learn_cost(fed, seconds)
             self._verify_extra += weight * (seconds - self._predicted(fed) - self._verify_extra)
         else:
             arm.seconds += weight * (seconds - arm.seconds)
@@ -231,8 +236,39 @@ class AutoChooser:
         self._switch_to_best()
 
     def _predicted(self, fed: float) -> float:
-        """A step feeding ``fed`` tokens, from plain's measured step and the calibration's curve."""
-        return self._plain.seconds * self.calibration.curve.relative(fed)
+        """A step feeding ``fed`` tokens, from plain's measured step and what such steps cost relative to it."""
+        return self._plain.seconds * self._relative(fed)
+
+    def _learn_cost(self, fed: int, seconds: float) -> None:
+        """What a verification step of ``fed`` tokens cost over a plain step, as measured now: plain's step
+        time is fresh while verification runs (the steps with nothing to verify are plain steps), and a ratio
+        of two times taken together holds when the machine's speed swings, where two separate averages would
+        not (one of them goes stale while the other setting runs)."""
+        if fed <= 1:
+            return
+        ratio = seconds / self._plain.seconds
+        cost, steps = self._learned_cost.get(fed, (ratio, 0))
+        cost += max(1.0 / COST_STEPS, 1.0 / (steps + 1)) * (ratio - cost)
+        self._learned_cost[fed] = (cost, steps + 1)
+
+    def _relative(self, fed: float) -> float:
+        """What a step feeding ``fed`` tokens costs over a plain step: as this chooser's own verification steps
+        of that size measured (over about COST_STEPS of them, once LEARNED_FROM ran), else as calibrated. The
+        calibration's curve is one quick measurement at start-up, and this machine's costs swing between starts
+        (a 2-token step 1.03-1.18x a plain one) and depend on what else runs; the settings compared on a curve
+        that was flat by chance feed too much. Between sizes, linear (a fractional ``fed`` is an average)."""
+        low = max(1, int(fed))
+        costs = []
+        for size in (low, low + 1):
+            learned = self._learned_cost.get(size)
+            if size == 1:
+                costs.append(1.0)
+            elif learned is not None and learned[1] >= LEARNED_FROM:
+                costs.append(max(1.0, learned[0]))
+            else:
+                costs.append(self.calibration.curve.relative(size))
+        costs[1] = max(costs)  # feeding more never costs less
+        return costs[0] + (costs[1] - costs[0]) * (max(fed, 1.0) - low)
 
     def _cost_verification(self) -> None:
         """The verification arm's step time: the curve's cost of the tokens its setting feeds, plus what its
@@ -248,7 +284,7 @@ class AutoChooser:
         rate = arm.tokens_per_step / arm.seconds
         steady = self._shadows.get(arm.setting) if arm is self._verify and arm.setting is not None else None
         if steady is not None:
-            rate = min(rate, steady.steady_tokens / (self._predicted(steady.steady_fed) + self._verify_extra))
+            rate = min(rate, steady.steady_tokens / (self._plain.seconds * steady.steady_cost + self._verify_extra))
         return rate
 
     def _switch_to_best(self) -> None:

@@ -360,3 +360,27 @@ def test_a_dozen_lucky_steps_do_not_start_a_verification_that_loses_on_the_whole
     ran = _drive(chooser, 300, report)
     assert ran[150:200].count(None) >= 45  # it lost
     assert ran[200:300].count(None) >= 95, ran[200:300]  # a probe at most
+
+
+def test_which_setting_verifies_follows_what_its_steps_cost_as_measured() -> None:
+    """The calibration's curve is one quick measurement: here it had 4-token steps at 1.3x a plain one, and on
+    it a setting feeding 4 tokens for 1.8 a step (1.38x) beats one feeding 2 for 1.4 (1.27x). Its steps measure
+    1.9x, the 2-token ones 1.15x: Auto learns that from the steps it runs and verifies with the 2-token one."""
+    chooser = _verifying_chooser()
+    shadows = chooser.shadow_settings
+    short, wide = shadows[0], shadows[1]
+    fed = {short: 2, wide: 4}
+    seconds = {1: 0.040, 2: 0.046, 4: 0.076}
+
+    def tokens(setting: LookaheadConfig, step: int) -> int:
+        return (2 if step % 5 < 2 else 1) if setting == short else (2 if step % 5 < 4 else 1) if setting == wide else 1
+
+    for step in range(600):
+        setting = chooser.choose()
+        if setting is None:
+            chooser.observe(None, 1, seconds[1], 1)
+        else:
+            size = fed.get(setting, 2)
+            chooser.observe(setting, tokens(setting, step), seconds[size], size)
+        chooser.observe_shadows([(s, tokens(s, step), fed.get(s, 2)) for s in shadows])
+    assert short.label in chooser.rates() and wide.label not in chooser.rates()
