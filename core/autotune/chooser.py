@@ -254,9 +254,9 @@ class AutoChooser:
     def _relative(self, fed: float) -> float:
         """What a step feeding ``fed`` tokens costs over a plain step: as this chooser's own verification steps
         of that size measured (over about COST_STEPS of them, once LEARNED_FROM ran), else as calibrated. The
-        calibration's curve is one quick measurement at start-up, and this machine's costs swing between starts
-        (a 2-token step 1.03-1.18x a plain one) and depend on what else runs; the settings compared on a curve
-        that was flat by chance feed too much. Between sizes, linear (a fractional ``fed`` is an average)."""
+        calibration's curve is one quick measurement at start-up, a machine's costs swing between starts and
+        with what else runs, and settings compared on a curve that came out flat by chance feed too much.
+        Between sizes, linear (a fractional ``fed`` is an average)."""
         low = max(1, int(fed))
         costs = []
         for size in (low, low + 1):
@@ -271,9 +271,9 @@ class AutoChooser:
         return costs[0] + (costs[1] - costs[0]) * (max(fed, 1.0) - low)
 
     def _cost_verification(self) -> None:
-        """The verification arm's step time: the curve's cost of the tokens its setting feeds, plus what its
-        steps measured beyond that (their bookkeeping, the rows they return). The setting changes with the
-        shadow scores; this extra carries over to the new one, a ratio would not."""
+        """The verification arm's step time: the cost of the tokens its setting feeds (:meth:`_relative`), plus
+        what its steps measured beyond that (their bookkeeping, the rows they return). The setting changes with
+        the shadow scores; this extra carries over to the new one, a ratio would not."""
         if self._verify is not None and self._shadows:
             self._verify.seconds = self._predicted(self._verify.fed_tokens) + self._verify_extra
 

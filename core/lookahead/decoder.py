@@ -33,8 +33,8 @@ from core.runtime.timing import StepTimer
 REPORT_BATCH = 16
 """Steps whose measurements and shadow scores go to the chooser together. Between steps the interpreter runs
 with caches the step's weights just flushed: each visit to the chooser's code costs several times its warm
-time (about 50 us a step for its bookkeeping alone, 0.7% of a default-model step on a CPU). Its choices then
-lag its measurements by at most this many steps, a fraction of the steps it averages them over."""
+time. Its choices then lag its measurements by at most this many steps, a fraction of the steps it averages
+them over."""
 
 
 class Cancellable(Protocol):
