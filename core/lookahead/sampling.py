@@ -76,7 +76,8 @@ class RepetitionPenalty(RepetitionPenaltyLogitsProcessor):
         if input_ids.dim() == 1:
             input_ids = input_ids.unsqueeze(1)
         vocab = scores.shape[-1]
-        if input_ids.numel() and int(input_ids.max()) >= vocab:  # ids the head cannot produce: no penalty
+        # 3-D scores (transformers' continuous batching), or ids the head cannot produce: transformers' own way
+        if scores.dim() != 2 or (input_ids.numel() and int(input_ids.max()) >= vocab):
             return super().__call__(input_ids, scores)
         score = torch.gather(scores, 1, input_ids)
         score = torch.where(score < 0, score * self.penalty, score / self.penalty)
