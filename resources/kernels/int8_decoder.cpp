@@ -151,8 +151,11 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
               store(key_cache + ((past + m) * kv_heads + h - heads) * d, part, d);
           }
 #pragma omp barrier
-        for (int64_t item = t; item < kv_heads * blocks; item += team)
-          score_block<T, C>(shape, key_cache, item / blocks, item % blocks * kKeyBlock);
+        {
+          const auto [i0, i1] = share(kv_heads * blocks, t, team);  // consecutive blocks: each asks for the next
+          for (int64_t item = i0; item < i1; ++item)
+            score_block<T, C>(shape, key_cache, item / blocks, item % blocks * kKeyBlock, item == i0);
+        }
 #pragma omp barrier
         for (int64_t item = t; item < q * heads; item += team) soften(shape, item / heads, item % heads);
 #pragma omp barrier

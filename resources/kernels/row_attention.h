@@ -26,6 +26,11 @@
 namespace lookahead {
 
 constexpr int64_t kKeyBlock = 16;  // keys widened at a time (a block of 16 keys of 128 dims: 8 KB)
+// The cache comes from memory on every step (the weights streamed since flushed it), one head's slice of each
+// entry at a time, which the hardware prefetcher follows poorly: the scores ask for the keys two blocks ahead of
+// the block in use, the values' pass for the entries kValuesAhead ahead of the one it sums.
+constexpr int64_t kKeyBlocksAhead = 2;
+constexpr int64_t kValuesAhead = 16;
 
 #if defined(CPU_CAPABILITY_AVX512)
 using Floats = __m512;
@@ -112,12 +117,17 @@ struct AttentionShape {
 };
 
 // Scores of every row and query head of kv head h against the keys [j0, j0 + kKeyBlock): dot * scale + mask.
-// C: the head dimension in vectors.
+// C: the head dimension in vectors. `first`: the first block of this thread's run of consecutive blocks, whose
+// next ones no earlier block asked for.
 template <typename T, int C>
-void score_block(const AttentionShape& a, const T* keys, int64_t h, int64_t j0) {
+void score_block(const AttentionShape& a, const T* keys, int64_t h, int64_t j0, bool first) {
   alignas(64) float block[kKeyBlock][C * kFloatLanes];
   const int64_t stride = a.kv_heads * a.d, length = a.length();
   const int64_t n = std::min(kKeyBlock, length - j0), padded = (n + kScoreKeys - 1) / kScoreKeys * kScoreKeys;
+  const int64_t ahead = std::min((kKeyBlocksAhead + 1) * kKeyBlock, length - j0);
+  for (int64_t k = first ? kKeyBlock : kKeyBlocksAhead * kKeyBlock; k < ahead; ++k)
+    for (int64_t byte = 0; byte < a.d * static_cast<int64_t>(sizeof(T)); byte += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(keys + (j0 + k) * stride + h * a.d) + byte, _MM_HINT_T0);
   for (int64_t k = 0; k < padded; ++k)
     for (int c = 0; c < C; ++c)
       fstore(block[k] + c * kFloatLanes, k < n ? widen(keys + (j0 + k) * stride + h * a.d + c * kFloatLanes) : fzero());
@@ -181,13 +191,28 @@ void weigh_part(const AttentionShape& a, const T* values, int64_t m0, int64_t h0
     for (int g = 0; g < G; ++g)
       for (int c = 0; c < V; ++c) acc[r][g][c] = fzero();
   for (int64_t j = 0; j < length; ++j) {
-    Floats v[V];
-    for (int c = 0; c < V; ++c) v[c] = widen(value + j * stride + c * kFloatLanes);
-    for (int r = 0; r < R; ++r)
-      for (int g = 0; g < G; ++g) {
-        const Floats w = fset(weights[r][g][j]);
-        for (int c = 0; c < V; ++c) acc[r][g][c] = fmadd(w, v[c], acc[r][g][c]);
+    for (int64_t byte = 0; byte < V * kFloatLanes * static_cast<int64_t>(sizeof(T)); byte += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(value + (j + kValuesAhead) * stride) + byte, _MM_HINT_T0);
+    // Whichever takes fewer registers is held: with 8-float vectors, 3 query heads x 4 value vectors held
+    // left one accumulator in memory, a store and a load in its chain at every entry.
+    if constexpr (R * G < V) {  // hold the weights, one value vector at a time
+      Floats w[R][G];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < G; ++g) w[r][g] = fset(weights[r][g][j]);
+      for (int c = 0; c < V; ++c) {
+        const Floats v = widen(value + j * stride + c * kFloatLanes);
+        for (int r = 0; r < R; ++r)
+          for (int g = 0; g < G; ++g) acc[r][g][c] = fmadd(w[r][g], v, acc[r][g][c]);
       }
+    } else {  // hold the value vectors, one weight at a time
+      Floats v[V];
+      for (int c = 0; c < V; ++c) v[c] = widen(value + j * stride + c * kFloatLanes);
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < G; ++g) {
+          const Floats w = fset(weights[r][g][j]);
+          for (int c = 0; c < V; ++c) acc[r][g][c] = fmadd(w, v[c], acc[r][g][c]);
+        }
+    }
   }
   for (int r = 0; r < R && m0 + r <= last; ++r)
     for (int g = 0; g < G; ++g) {
