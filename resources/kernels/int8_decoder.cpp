@@ -1,7 +1,7 @@
 // A whole decoding step of an int8 LLaMA-family model for the CPU, as a torch operator: lookahead::int8_decoder.
 //
 // Every decoder layer, then the final norm and the LM head on the rows kept, in one call and one parallel
-// region: the threads meet at a barrier between the layer's parts (5 a layer) instead of forking and
+// region: the threads meet at a barrier between the layer's parts (8 a layer) instead of forking and
 // joining for every operator (about 300 parallel regions a step through compiled layers, a quarter of a
 // step's time spent waiting), and nothing is allocated or converted per operator. The products are
 // int8_products.h's (integer activations, exact int32 sums), the attention row_attention.h's, and
@@ -136,11 +136,14 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
         const int64_t b = l * kLayerBiases;
         T* key_cache = keys[l].data_ptr<T>();
         T* value_cache = values[l].data_ptr<T>();
-        // q, k and v by whole heads (so that this thread rotates and caches what it computed)
+        // q, k and v in equal shares of channels, then rotated and cached by whole heads (an odd number of heads
+        // in whole heads left one thread waiting for the other)
         for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, w[0].data_ptr<float>(), H, eps, np + m * H);
         in.round(np, q, H, H);
+        auto [c0, c1] = channel_share(Nqkv, t, team);
+        product(in, w[2].data_ptr(), w[7].data_ptr<float>(), c0, c1, Output{qkvp, Nqkv, biases[b], false});
+#pragma omp barrier
         auto [h0, h1] = share(heads + 2 * kv_heads, t, team);
-        product(in, w[2].data_ptr(), w[7].data_ptr<float>(), h0 * d, h1 * d, Output{qkvp, Nqkv, biases[b], false});
         for (int64_t h = h0; h < h1; ++h)
           for (int64_t m = 0; m < q; ++m) {
             float* part = qkvp + m * Nqkv + h * d;
@@ -157,7 +160,7 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
             score_block<T, C>(shape, key_cache, item / blocks, item % blocks * kKeyBlock, item == i0);
         }
 #pragma omp barrier
-        for (int64_t item = t; item < q * heads; item += team) soften(shape, item / heads, item % heads);
+        for (int64_t item = t; item < q * soften_parts(shape); item += team) soften(shape, item);
 #pragma omp barrier
         for (int64_t item = t; item < value_items(shape); item += team) weigh_values<T>(shape, value_cache, item);
 #pragma omp barrier

@@ -156,23 +156,55 @@ void score_block(const AttentionShape& a, const T* keys, int64_t h, int64_t j0, 
   }
 }
 
-// Row m, query head `head`: its scores turned into softmax numerators (in place) and their sum, in cache order.
-// Entries past what the row sees get numerator 0, so that rows summed side by side (weigh_values) may run
-// over them.
-inline void soften(const AttentionShape& a, int64_t m, int64_t head) {
+// Row m, query heads [h0, h0 + N): their scores turned into softmax numerators (in place) and their sums, each
+// in cache order. Entries past what the row sees get numerator 0, so that rows summed side by side
+// (weigh_values) may run over them. The N sums run side by side: one sum alone waits on each addition.
+template <int N>
+void soften_heads(const AttentionShape& a, int64_t m, int64_t h0) {
   using FVec = at::vec::Vectorized<float>;
-  const int64_t length = a.visible(m);
-  float* weights = a.scores + (m * a.heads + head) * a.length();
-  float top = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < length; ++j) top = std::max(top, weights[j]);
-  const FVec vtop(top);
-  int64_t j = 0;
-  for (; j + FVec::size() <= length; j += FVec::size()) (FVec::loadu(weights + j) - vtop).exp().store(weights + j);
-  if (j < length) (FVec::loadu(weights + j, length - j) - vtop).exp().store(weights + j, length - j);
-  float denominator = 0.0f;
-  for (j = 0; j < length; ++j) denominator += weights[j];
-  std::fill(weights + length, weights + a.length(), 0.0f);
-  a.denominators[m * a.heads + head] = denominator;
+  const int64_t length = a.visible(m), whole = length / FVec::size() * FVec::size();
+  float* weights[N];
+  float denominators[N];
+  for (int i = 0; i < N; ++i) {
+    weights[i] = a.scores + (m * a.heads + h0 + i) * a.length();
+    FVec tops(-std::numeric_limits<float>::infinity());  // the largest score: the same in any order
+    for (int64_t j = 0; j < whole; j += FVec::size()) tops = at::vec::maximum(tops, FVec::loadu(weights[i] + j));
+    alignas(64) float lanes[FVec::size()];
+    tops.store(lanes);
+    float top = *std::max_element(lanes, lanes + FVec::size());
+    for (int64_t j = whole; j < length; ++j) top = std::max(top, weights[i][j]);
+    const FVec vtop(top);
+    for (int64_t j = 0; j < whole; j += FVec::size()) (FVec::loadu(weights[i] + j) - vtop).exp().store(weights[i] + j);
+    if (whole < length) (FVec::loadu(weights[i] + whole, length - whole) - vtop).exp().store(weights[i] + whole, length - whole);
+    std::fill(weights[i] + length, weights[i] + a.length(), 0.0f);
+    denominators[i] = 0.0f;
+  }
+  for (int64_t j = 0; j < length; ++j)
+    for (int i = 0; i < N; ++i) denominators[i] += weights[i][j];
+  for (int i = 0; i < N; ++i) a.denominators[m * a.heads + h0 + i] = denominators[i];
+}
+
+constexpr int64_t kSoftHeads = 8;  // query heads a softmax item sums side by side, at most
+
+// The softmax's items: each row's query heads in near-equal parts of at most kSoftHeads (at least two parts,
+// for two threads on a 1-token step).
+inline int64_t soften_parts(const AttentionShape& a) {
+  return std::max<int64_t>(std::min<int64_t>(2, a.heads), (a.heads + kSoftHeads - 1) / kSoftHeads);
+}
+
+inline void soften(const AttentionShape& a, int64_t item) {
+  const int64_t parts = soften_parts(a), m = item / parts, part = item % parts;
+  const int64_t h0 = a.heads * part / parts, h1 = a.heads * (part + 1) / parts;
+  switch (h1 - h0) {
+    case 8: return soften_heads<8>(a, m, h0);
+    case 7: return soften_heads<7>(a, m, h0);
+    case 6: return soften_heads<6>(a, m, h0);
+    case 5: return soften_heads<5>(a, m, h0);
+    case 4: return soften_heads<4>(a, m, h0);
+    case 3: return soften_heads<3>(a, m, h0);
+    case 2: return soften_heads<2>(a, m, h0);
+    default: return soften_heads<1>(a, m, h0);
+  }
 }
 
 // Rows [m0, m0 + R) (those past the step repeat m0 and are not stored) and query heads [h0, h0 + G) (they
