@@ -48,10 +48,23 @@ class StaticKVCache:
         """A layer's whole key and value buffers; allocated on first use, with the heads, head size, dtype
         and device of ``like`` (``[1, kv_heads, q, head_dim]``, what the layer computes)."""
         if self.keys[layer] is None:
-            shape = (self.capacity, like.shape[1], like.shape[3])
-            self.keys[layer] = like.new_zeros(shape)
-            self.values[layer] = like.new_zeros(shape)
-        return self.keys[layer], self.values[layer]
+            self._allocate(layer, like.shape[1], like.shape[3], like.dtype, like.device)
+        return self.keys[layer], self.values[layer]  # type: ignore[return-value]
+
+    def all_buffers(
+        self, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Every layer's whole key and value buffers (allocated on first use), as this cache's own lists: the
+        same list objects from step to step, their tensors replaced when :meth:`reserve` grows them."""
+        for layer, buffer in enumerate(self.keys):
+            if buffer is None:
+                self._allocate(layer, kv_heads, head_dim, dtype, device)
+        return self.keys, self.values  # type: ignore[return-value]
+
+    def _allocate(self, layer: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
+        shape = (self.capacity, kv_heads, head_dim)
+        self.keys[layer] = torch.zeros(shape, dtype=dtype, device=device)
+        self.values[layer] = torch.zeros(shape, dtype=dtype, device=device)
 
     def advance(self, tokens: int) -> None:
         self.length += tokens

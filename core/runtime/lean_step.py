@@ -13,6 +13,7 @@ on the CPU attends by two matrix products (torch's kernel is several times slowe
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from typing import Any
 
@@ -24,6 +25,7 @@ from core.runtime.compiled.package import LayerRunner
 from core.runtime.compiled.rows_layer import MAX_ROWS
 from core.runtime.compiled.step import MIN_CACHED, CompiledInputs
 from core.runtime.kv_cache import StaticKVCache
+from core.runtime.rotary import RotaryTable
 from core.runtime.step import causal_mask
 
 COMPILED_LAYERS = "compiled layers"
@@ -36,6 +38,12 @@ def _profiler_label(name: str) -> contextlib.AbstractContextManager:
     if torch.autograd.profiler._is_profiler_enabled:
         return torch.profiler.record_function(name)
     return contextlib.nullcontext()
+
+
+@functools.lru_cache(maxsize=64)
+def _last_rows(size: int, keep: int) -> torch.Tensor:
+    """The indices of a step's last ``keep`` rows, made once (the kernel only reads them)."""
+    return torch.arange(size - keep, size)
 
 
 class LlamaStep:
@@ -53,6 +61,7 @@ class LlamaStep:
         self._rotate = sys.modules[type(self.layers[0].self_attn).__module__].apply_rotary_pos_emb
         self.cache = StaticKVCache(len(self.layers), capacity)
         self._compiled = compiled
+        self._rotary: RotaryTable | None = None  # made on the int8 decoder's first step
 
     @property
     def length(self) -> int:
@@ -64,12 +73,12 @@ class LlamaStep:
         q = ids.shape[0]
         past = self.cache.length
         self.cache.reserve(past + q)
+        compiled = self._compiled
+        if compiled is not None and compiled.decoder is not None:
+            return self._decoded(compiled.decoder, ids, positions, mask, keep)
         inner = self.model.model
         hidden = inner.embed_tokens(ids[None])
         cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])
-        compiled = self._compiled
-        if compiled is not None and compiled.decoder is not None:
-            return self._decoded(compiled.decoder, hidden, cos, sin, mask, keep)
         if compiled is not None and past >= MIN_CACHED:
             if q == 1 and mask is None and compiled.one_token is not None:
                 return self._compiled_token(compiled.one_token, hidden, cos, sin)
@@ -146,19 +155,22 @@ class LlamaStep:
     def _decoded(
         self,
         decoder: Int8Decoder,
-        hidden: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
         mask: torch.Tensor | None,
         keep: int | torch.Tensor,
     ) -> torch.Tensor:
-        """A step through the int8 decoder: every layer and the head in one call. A prompt (no mask) goes in
-        chunks of :data:`~core.runtime.compiled.int8_decoder.PROMPT_CHUNK` tokens, each attending to the
-        cache and causally to itself."""
-        q = hidden.shape[1]
-        rows = torch.arange(q - keep, q) if isinstance(keep, int) else keep
-        like = hidden.new_empty(1, self.kv_heads, q, self.head_dim)
-        keys, values = zip(*(self.cache.buffers(index, like) for index in range(len(self.layers))))
+        """A step through the int8 decoder: every layer and the head in one call, the embedding and the rotary
+        tables' rows looked up in it too (between steps every tensor operation runs on flushed caches). A prompt
+        (no mask) goes in chunks of :data:`~core.runtime.compiled.int8_decoder.PROMPT_CHUNK` tokens, each
+        attending to the cache and causally to itself."""
+        q = ids.shape[0]
+        rows = _last_rows(q, keep) if isinstance(keep, int) else keep
+        dtype = decoder.embeddings.dtype
+        if self._rotary is None:
+            self._rotary = RotaryTable(self.model.model.rotary_emb, dtype, ids.device)
+        positions, cos, sin = self._rotary.lookup(positions, self.cache.capacity)
+        keys, values = self.cache.all_buffers(self.kv_heads, self.head_dim, dtype, ids.device)
         chunk = q if mask is not None else PROMPT_CHUNK
         logits = []
         with _profiler_label(COMPILED_LAYERS):
@@ -168,9 +180,10 @@ class LlamaStep:
                 kept = rows if end - start == q else rows[(rows >= start) & (rows < end)] - start
                 logits.append(
                     decoder(
-                        hidden[0, start:end],
-                        cos[0, start:end],
-                        sin[0, start:end],
+                        ids[start:end],
+                        positions[start:end],
+                        cos,
+                        sin,
                         keys,
                         values,
                         self.cache.length + start,

@@ -98,17 +98,33 @@ void store(T* cache, const float* from, int64_t d) {
   at::vec::convert(from, cache, d);
 }
 
+// The step's tokens' embeddings, widened to fp32: the residual stream's start [q, H].
+at::Tensor embed(const at::Tensor& ids, const at::Tensor& embeddings) {
+  const int64_t q = ids.size(0), H = embeddings.size(1);
+  at::Tensor x = at::empty({q, H}, embeddings.options().dtype(at::kFloat));
+  const int64_t* id = ids.data_ptr<int64_t>();
+  float* xp = x.data_ptr<float>();
+  for (int64_t m = 0; m < q; ++m) {
+    switch (embeddings.scalar_type()) {
+      case at::kFloat: std::copy_n(embeddings.data_ptr<float>() + id[m] * H, H, xp + m * H); break;
+      case at::kBFloat16: at::vec::convert(embeddings.data_ptr<c10::BFloat16>() + id[m] * H, xp + m * H, H); break;
+      default: at::vec::convert(embeddings.data_ptr<c10::Half>() + id[m] * H, xp + m * H, H); break;
+    }
+  }
+  return x;
+}
+
 template <typename T>
-void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys,
-            at::TensorList values, int64_t past, const float* mask, const at::Tensor& rows, at::TensorList weights,
-            const std::vector<const float*>& biases, int64_t heads, int64_t kv_heads, float eps, float head_eps,
-            at::Tensor& logits) {
+void decode(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tensor& positions, const at::Tensor& cos,
+            const at::Tensor& sin, at::TensorList keys, at::TensorList values, int64_t past, const float* mask,
+            const at::Tensor& rows, at::TensorList weights, const std::vector<const float*>& biases, int64_t heads,
+            int64_t kv_heads, float eps, float head_eps, at::Tensor& logits) {
   const int64_t layers = static_cast<int64_t>(keys.size());
-  const int64_t q = hidden.size(0), H = hidden.size(1), d = cos.size(1);
+  const int64_t q = ids.size(0), H = embeddings.size(1), d = cos.size(1);
   const int64_t Nqkv = weights[7].size(0), I = weights[9].size(0), V = logits.size(1), kept = rows.size(0);
   const int64_t group = heads / kv_heads, length = past + q;
-  const auto options = hidden.options();
-  at::Tensor x = hidden.clone();  // the residual stream, fp32
+  at::Tensor x = embed(ids, embeddings);  // the residual stream, fp32
+  const auto options = x.options();
   at::Tensor qkv = at::empty({q, Nqkv}, options), attention = at::empty({q, heads * d}, options);
   at::Tensor mlp = at::empty({q, I}, options), up = at::empty({q, I}, options), scores = at::empty({q, heads, length}, options);
   at::Tensor denominators = at::empty({q, heads}, options);
@@ -119,6 +135,7 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
   float *xp = x.data_ptr<float>(), *qkvp = qkv.data_ptr<float>(), *mlpp = mlp.data_ptr<float>(), *upp = up.data_ptr<float>();
   float* out = logits.data_ptr<float>();
   const float *cosp = cos.data_ptr<float>(), *sinp = sin.data_ptr<float>();
+  const int64_t* position = positions.data_ptr<int64_t>();
   const int64_t* kept_rows = rows.data_ptr<int64_t>();
   const AttentionShape shape{q, past, heads, kv_heads, d, qkvp, Nqkv, mask, 1.0f / std::sqrt(static_cast<float>(d)),
                              scores.data_ptr<float>(), denominators.data_ptr<float>(), attention.data_ptr<float>()};
@@ -147,7 +164,7 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
         for (int64_t h = h0; h < h1; ++h)
           for (int64_t m = 0; m < q; ++m) {
             float* part = qkvp + m * Nqkv + h * d;
-            if (h < heads + kv_heads) rotate(part, cosp + m * d, sinp + m * d, d);
+            if (h < heads + kv_heads) rotate(part, cosp + position[m] * d, sinp + position[m] * d, d);
             if (h >= heads + kv_heads)
               store(value_cache + ((past + m) * kv_heads + h - heads - kv_heads) * d, part, d);
             else if (h >= heads)
@@ -191,27 +208,43 @@ void decode(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& s
   });
 }
 
-// hidden [q, H] (the step's embeddings, any float dtype); cos and sin [q, d]; keys and values: each layer's
+// ids [q]: the step's tokens; embeddings [vocabulary, H] (fp32, bf16 or fp16): the model's embedding table;
+// positions [q]: each token's row of cos and sin [P, d] (fp32), the rotary tables; keys and values: each layer's
 // cache [capacity, kv_heads, d] (bf16 or fp32), entries [0, past) filled, this step's written at
 // [past, past + q); mask [q, past + q] additive, or none for causal attention; rows [r]: the rows whose
 // logits are returned. weights: per layer norm1, norm2 (fp32), the qkv, o, gate, up and down int8 weights
 // (as int8_pack made them where the products read packed weights), their fp32 scales; then the final norm,
 // the head's weight and scales. biases: per layer qkv, o, gate_up (gate then up), down, then the head's
 // (fp32, or none). Returns the logits [r, vocabulary] in fp32.
-at::Tensor int8_decoder(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys,
-                        at::TensorList values, int64_t past, const std::optional<at::Tensor>& mask, const at::Tensor& rows,
-                        at::TensorList weights, const c10::List<std::optional<at::Tensor>>& biases, int64_t heads,
-                        int64_t kv_heads, double eps, double head_eps) {
+at::Tensor int8_decoder(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tensor& positions,
+                        const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys, at::TensorList values,
+                        int64_t past, const std::optional<at::Tensor>& mask, const at::Tensor& rows, at::TensorList weights,
+                        const c10::List<std::optional<at::Tensor>>& biases, int64_t heads, int64_t kv_heads, double eps,
+                        double head_eps) {
   const int64_t layers = static_cast<int64_t>(keys.size());
   TORCH_CHECK(layers > 0 && values.size() == keys.size(), "int8_decoder: a key and a value cache per layer");
   TORCH_CHECK(static_cast<int64_t>(weights.size()) == layers * kLayerTensors + kHeadTensors,
               "int8_decoder: ", kLayerTensors, " tensors a layer and ", kHeadTensors, " for the head");
   TORCH_CHECK(static_cast<int64_t>(biases.size()) == layers * kLayerBiases + 1, "int8_decoder: ", kLayerBiases,
               " biases a layer and one for the head");
-  const at::Tensor x = hidden.reshape({-1, hidden.size(-1)}).to(at::kFloat).contiguous();
-  const int64_t q = x.size(0), H = x.size(1);
-  const at::Tensor c = cos.reshape({q, -1}).to(at::kFloat).contiguous(), s = sin.reshape({q, -1}).to(at::kFloat).contiguous();
-  const int64_t d = c.size(1);
+  TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == at::kLong && ids.is_contiguous(), "int8_decoder: ids [q], int64");
+  TORCH_CHECK(embeddings.dim() == 2 && embeddings.is_contiguous() &&
+                  (embeddings.scalar_type() == at::kFloat || embeddings.scalar_type() == at::kBFloat16 ||
+                   embeddings.scalar_type() == at::kHalf),
+              "int8_decoder: an embedding table [vocabulary, H] of fp32, bf16 or fp16, contiguous");
+  const int64_t q = ids.size(0), H = embeddings.size(1);
+  const int64_t* id = ids.data_ptr<int64_t>();
+  TORCH_CHECK(std::all_of(id, id + q, [&](int64_t i) { return i >= 0 && i < embeddings.size(0); }),
+              "int8_decoder: token ids within the embedding table");
+  TORCH_CHECK(cos.dim() == 2 && cos.scalar_type() == at::kFloat && cos.is_contiguous() && sin.sizes() == cos.sizes() &&
+                  sin.scalar_type() == at::kFloat && sin.is_contiguous(),
+              "int8_decoder: rotary tables cos and sin [P, head_dim], fp32, contiguous");
+  const int64_t d = cos.size(1);
+  TORCH_CHECK(positions.dim() == 1 && positions.size(0) == q && positions.scalar_type() == at::kLong && positions.is_contiguous(),
+              "int8_decoder: positions [q], int64");
+  const int64_t* position = positions.data_ptr<int64_t>();
+  TORCH_CHECK(std::all_of(position, position + q, [&](int64_t p) { return p >= 0 && p < cos.size(0); }),
+              "int8_decoder: positions within the rotary tables");
   TORCH_CHECK(attention_supports(d) && heads % kv_heads == 0, "int8_decoder: head_dim ", d, " or grouping not supported");
   TORCH_CHECK(weights[7].numel() == (heads + 2 * kv_heads) * d, "int8_decoder: qkv shape");
   const int64_t I = weights[9].numel();
@@ -253,17 +286,19 @@ at::Tensor int8_decoder(const at::Tensor& hidden, const at::Tensor& cos, const a
     TORCH_CHECK(m.dim() == 2 && m.size(0) == q && m.size(1) == past + q, "int8_decoder: mask [q, past + q]");
   }
   const at::Tensor r = rows.to(at::kLong).contiguous();
-  TORCH_CHECK(r.dim() == 1 && (r.numel() == 0 || (r.min().item<int64_t>() >= 0 && r.max().item<int64_t>() < q)),
-              "int8_decoder: rows within the step");
-  at::Tensor logits = at::empty({r.size(0), weights[layers * kLayerTensors + 2].numel()}, x.options());
+  TORCH_CHECK(r.dim() == 1, "int8_decoder: rows [r]");
+  const int64_t* kept = r.data_ptr<int64_t>();
+  TORCH_CHECK(std::all_of(kept, kept + r.size(0), [&](int64_t k) { return k >= 0 && k < q; }), "int8_decoder: rows within the step");
+  at::Tensor logits = at::empty({r.size(0), weights[layers * kLayerTensors + 2].numel()}, cos.options());
   const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
   switch (keys[0].scalar_type()) {
     case at::kFloat:
-      decode<float>(x, c, s, keys, values, past, mp, r, weights, bias_pointers, heads, kv_heads, eps, head_eps, logits);
+      decode<float>(ids, embeddings, positions, cos, sin, keys, values, past, mp, r, weights, bias_pointers, heads, kv_heads,
+                    eps, head_eps, logits);
       break;
     case at::kBFloat16:
-      decode<c10::BFloat16>(x, c, s, keys, values, past, mp, r, weights, bias_pointers, heads, kv_heads, eps, head_eps,
-                            logits);
+      decode<c10::BFloat16>(ids, embeddings, positions, cos, sin, keys, values, past, mp, r, weights, bias_pointers, heads,
+                            kv_heads, eps, head_eps, logits);
       break;
     default: TORCH_CHECK(false, "int8_decoder: a cache of fp32 or bf16");
   }
@@ -289,8 +324,9 @@ at::Tensor int8_pack(const at::Tensor& weight) {
 
 TORCH_LIBRARY(lookahead, m) {
   m.def(
-      "int8_decoder(Tensor hidden, Tensor cos, Tensor sin, Tensor[] keys, Tensor[] values, int past, Tensor? mask, "
-      "Tensor rows, Tensor[] weights, Tensor?[] biases, int heads, int kv_heads, float eps, float head_eps) -> Tensor");
+      "int8_decoder(Tensor ids, Tensor embeddings, Tensor positions, Tensor cos, Tensor sin, Tensor[] keys, "
+      "Tensor[] values, int past, Tensor? mask, Tensor rows, Tensor[] weights, Tensor?[] biases, int heads, int kv_heads, "
+      "float eps, float head_eps) -> Tensor");
   // the levels int8_decoder rounds a row of this many inputs to: 127 x 128 where it multiplies two bytes
   m.def("int8_levels(int inputs) -> int", [](int64_t inputs) { return lookahead::activation_levels(inputs); });
   // whether int8_decoder reads its weights as int8_pack makes them (AVX-512 VNNI)

@@ -4,7 +4,7 @@ Through compiled layers a step is thirty calls, each some ten parallel regions (
 inductor's fused loops) that fork and join the threads, and allocations and conversions per operator:
 beside reading the weights, a quarter to a third of a 1-token step. ``lookahead::int8_decoder``
 (:mod:`~core.runtime.compiled.kernels`) runs the whole step in one parallel region, its threads
-meeting at five barriers a layer, and needs nothing compiled per model (only the kernel library, built
+meeting at eight barriers a layer, and needs nothing compiled per model (only the kernel library, built
 once). Each row is computed on its own, so every token of a lookahead step gets exactly the logits of a
 1-token step, and it takes any number of rows: a prompt goes through it too, in chunks of
 :data:`PROMPT_CHUNK` tokens, where the eager step widens every int8 weight for every product.
@@ -12,7 +12,6 @@ once). Each row is computed on its own, so every token of a lookahead step gets 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +25,9 @@ PROMPT_CHUNK = 64
 
 HEAD_DIMS = (16, 32, 64, 80, 96, 128)
 """The head sizes the kernel's attention takes (``row_attention.h``: whole pairs of vectors of 8)."""
+
+EMBEDDING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""The embedding tables the kernel reads (it looks up each token's row itself)."""
 
 
 def why_not_int8_decoder(model: Any) -> str | None:
@@ -46,6 +48,9 @@ def why_not_int8_decoder(model: Any) -> str | None:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     if head_dim not in HEAD_DIMS or heads % kv_heads:
         return f"head size {head_dim} with {heads} heads over {kv_heads}"
+    embedding = model.model.embed_tokens
+    if type(embedding) is not torch.nn.Embedding or embedding.weight.dtype not in EMBEDDING_DTYPES:
+        return "an embedding other than a plain fp32, bf16 or fp16 table"
     return None
 
 
@@ -54,6 +59,7 @@ class Int8Decoder:
     """A model's tensors as ``lookahead::int8_decoder`` takes them (norms and scales in fp32, made once), and
     its shapes. The kernels must be loaded (:func:`~core.runtime.compiled.kernels.load`)."""
 
+    embeddings: torch.Tensor  # the model's embedding table [vocabulary, hidden]
     weights: tuple[torch.Tensor, ...]
     biases: tuple[torch.Tensor | None, ...]
     heads: int
@@ -91,6 +97,7 @@ class Int8Decoder:
         config = model.config
         heads = config.num_attention_heads
         return cls(
+            model.model.embed_tokens.weight.detach().contiguous(),
             tuple(tensors),
             tuple(biases),
             heads,
@@ -107,24 +114,29 @@ class Int8Decoder:
 
     def __call__(
         self,
-        hidden: torch.Tensor,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        keys: Sequence[torch.Tensor],
-        values: Sequence[torch.Tensor],
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
         past: int,
         mask: torch.Tensor | None,
         rows: torch.Tensor,
     ) -> torch.Tensor:
-        """The fp32 logits ``[len(rows), vocabulary]`` of a step of ``q`` tokens: ``hidden``, ``cos``, ``sin``
-        ``[q, ...]``; each layer's cache ``[capacity, kv_heads, head_dim]`` with ``past`` entries, this step's
-        written after them; ``mask`` ``[q, past + q]`` additive, or ``None`` (causal)."""
+        """The fp32 logits ``[len(rows), vocabulary]`` of a step of ``q`` tokens: ``ids`` ``[q]``, each token's row
+        ``positions`` ``[q]`` of the rotary tables ``cos`` and ``sin`` ``[P, head_dim]`` (fp32,
+        :class:`~core.runtime.rotary.RotaryTable`); each layer's cache ``[capacity, kv_heads, head_dim]`` with
+        ``past`` entries, this step's written after them; ``mask`` ``[q, past + q]`` additive, or ``None``
+        (causal). The kernel looks up the tokens' embeddings itself."""
         return torch.ops.lookahead.int8_decoder(
-            hidden,
+            ids,
+            self.embeddings,
+            positions,
             cos,
             sin,
-            list(keys),
-            list(values),
+            keys,
+            values,
             past,
             mask,
             rows,
@@ -141,4 +153,5 @@ def _source(model: Any) -> tuple[int, ...]:
     weights, head = layer_weights(model), head_weights(model)
     if weights is None or head is None:
         return ()
-    return (*(t.data_ptr() for layer in weights for t in layer[2:6]), head[1].data_ptr())
+    embedding = model.model.embed_tokens.weight.data_ptr()
+    return (embedding, *(t.data_ptr() for layer in weights for t in layer[2:6]), head[1].data_ptr())

@@ -82,9 +82,9 @@ class Step:
         self, ids: torch.Tensor, positions: torch.Tensor, past: int, mask: torch.Tensor | None = None, rows=None
     ) -> torch.Tensor:
         hidden = self.model.model.embed_tokens(ids[None])
-        cos, sin = self.model.model.rotary_emb(hidden, positions[None])
+        cos, sin = (table[0].float().contiguous() for table in self.model.model.rotary_emb(hidden, positions[None]))
         rows = torch.arange(len(ids)) if rows is None else rows
-        return self.decoder(hidden[0], cos[0], sin[0], self.keys, self.values, past, mask, rows)
+        return self.decoder(ids, torch.arange(len(ids)), cos, sin, self.keys, self.values, past, mask, rows)
 
 
 @pytest.mark.parametrize(
@@ -164,3 +164,9 @@ def test_bad_inputs_are_clear_errors() -> None:
         step(ids, torch.arange(3), 0, rows=torch.tensor([3]))
     with pytest.raises(RuntimeError, match="capacity >= past"):
         step(ids, torch.arange(3), 126)
+    tables = torch.zeros(3, step.decoder.head_dim), torch.zeros(3, step.decoder.head_dim)
+    caches, one = (step.keys, step.values), torch.arange(1)
+    with pytest.raises(RuntimeError, match="token ids within the embedding table"):
+        step.decoder(torch.tensor([model.config.vocab_size]), one, *tables, *caches, 0, None, one)
+    with pytest.raises(RuntimeError, match="positions within the rotary tables"):
+        step.decoder(torch.tensor([5]), torch.tensor([3]), *tables, *caches, 0, None, one)
