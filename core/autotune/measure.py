@@ -8,7 +8,6 @@ from typing import Any
 
 import torch
 
-from core.lookahead.verify import argmax
 from core.progress import Cancelled
 from core.runtime.prepared import PreparedModel, prepared
 from core.runtime.step import causal_mask
@@ -59,7 +58,7 @@ def measure_step_seconds(
                 keep = torch.arange(min(size, 1 + size // 2), device=device) if size > 1 else 1
                 device_sync(device)
                 start = time.perf_counter()
-                argmax(step.forward(ids, positions, keep, mask)).tolist()
+                step.greedy(step.forward(ids, positions, keep, mask))
                 times[size].append(time.perf_counter() - start)
                 step.keep(context - 1, size + 1, [])  # back to ``context`` entries
             if progress is not None:

@@ -24,7 +24,7 @@ from core.lookahead.sampling import TokenPolicy, verify_with_policy
 from core.lookahead.stats import DecodeStats
 from core.lookahead.step_shape import StepShape, step_shape
 from core.lookahead.tree import build_tree
-from core.lookahead.verify import argmax, verify_greedy
+from core.lookahead.verify import verify_greedy
 from core.lookahead.window import JacobiWindow
 from core.runtime.prepared import PreparedModel, prepared
 from core.runtime.step import ModelStep
@@ -266,10 +266,11 @@ class Decoding:
         return self._model_step.forward(ids, positions, keep, mask)
 
     def _choose(self, logits: torch.Tensor) -> int:
-        """The next token from the last position's logits row."""
+        """The next token from a step's last kept logits row."""
         if self.policy is None:
-            return int(argmax(logits))
-        return self.policy.choose(self._prefix(()), logits)
+            assert self._model_step is not None
+            return self._model_step.greedy(logits)[-1]
+        return self.policy.choose(self._prefix(()), logits[-1])
 
     def _prefix(self, extra: Sequence[int]) -> torch.Tensor:
         """``[1, L]`` ids of the sequence so far (x included) followed by ``extra`` guessed tokens."""
@@ -281,14 +282,14 @@ class Decoding:
     def _prefill(self) -> int:
         ids = torch.tensor(self.prompt, device=self.device)
         positions = torch.arange(len(self.prompt), device=self.device)
-        return self._choose(self._forward(ids, positions, 1)[-1])
+        return self._choose(self._forward(ids, positions, 1))
 
     def _plain_step(self, x: int) -> list[int]:
         past = self._past
         ids = torch.tensor([x], device=self.device)
         positions = torch.tensor([past], device=self.device)
         self.stats.fed_tokens += 1
-        return [self._choose(self._forward(ids, positions, 1)[-1])]
+        return [self._choose(self._forward(ids, positions, 1))]
 
     def _lookahead_step(self, x: int, cfg: LookaheadConfig) -> list[int]:
         candidates = self._candidates(x, cfg.ngram, cfg.guesses, cfg.cut_to_match)
@@ -308,7 +309,7 @@ class Decoding:
             logits = self._forward(ids, positions, shape.keep_rows, mask)
         finally:
             mask[:, past:].zero_()  # the buffer is all zeros (attend) outside the current step block
-        predictions = argmax(logits).tolist()
+        predictions = self._model_step.greedy(logits)
 
         def row(c: int, m: int) -> int:
             """The kept logits row after candidate c's tokens 0..m."""

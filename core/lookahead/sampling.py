@@ -23,7 +23,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from core.lookahead.verify import argmax, verify_greedy
+from core.lookahead.verify import verify_greedy
+from core.runtime.step import argmax
 
 MIN_TEMPERATURE = 1e-3
 """The lowest sampling temperature: lower ones choose as greedy decoding does (their limit), where dividing

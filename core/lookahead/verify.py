@@ -4,14 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import torch
-
-
-def argmax(logits: torch.Tensor) -> torch.Tensor:
-    """The index of each row's first maximum, as ``logits.argmax(-1)`` gives it: ``torch.max`` finds the
-    same index 4-5x faster on bf16 rows on the CPU (50 against 185 us for the default model's vocabulary)."""
-    return logits.max(-1).indices
-
 
 def verify_greedy(
     first: int, candidates: Sequence[Sequence[int]], next_token: Callable[[int, int], int]

@@ -26,7 +26,7 @@ from core.runtime.compiled.rows_layer import MAX_ROWS
 from core.runtime.compiled.step import MIN_CACHED, CompiledInputs
 from core.runtime.kv_cache import StaticKVCache
 from core.runtime.rotary import RotaryTable
-from core.runtime.step import causal_mask
+from core.runtime.step import argmax, causal_mask
 
 COMPILED_LAYERS = "compiled layers"
 """What torch's profiler calls the compiled layers of a step (it does not see into their code)."""
@@ -62,6 +62,7 @@ class LlamaStep:
         self.cache = StaticKVCache(len(self.layers), capacity)
         self._compiled = compiled
         self._rotary: RotaryTable | None = None  # made on the int8 decoder's first step
+        self._choices: tuple[torch.Tensor, torch.Tensor] | None = None  # the int8 decoder's last logits, their argmax
 
     @property
     def length(self) -> int:
@@ -172,27 +173,35 @@ class LlamaStep:
         positions, cos, sin = self._rotary.lookup(positions, self.cache.capacity)
         keys, values = self.cache.all_buffers(self.kv_heads, self.head_dim, dtype, ids.device)
         chunk = q if mask is not None else PROMPT_CHUNK
-        logits = []
+        logits, choices = [], []
         with _profiler_label(COMPILED_LAYERS):
             for start in range(0, q, chunk):
                 end = min(q, start + chunk)
                 # a boolean index is a few tensor operations a step: only a prompt in chunks needs one
                 kept = rows if end - start == q else rows[(rows >= start) & (rows < end)] - start
-                logits.append(
-                    decoder(
-                        ids[start:end],
-                        positions[start:end],
-                        cos,
-                        sin,
-                        keys,
-                        values,
-                        self.cache.length + start,
-                        mask,
-                        kept,
-                    )
+                rows_logits, rows_choices = decoder(
+                    ids[start:end],
+                    positions[start:end],
+                    cos,
+                    sin,
+                    keys,
+                    values,
+                    self.cache.length + start,
+                    mask,
+                    kept,
                 )
+                logits.append(rows_logits)
+                choices.append(rows_choices)
         self.cache.advance(q)
-        return logits[0] if len(logits) == 1 else torch.cat(logits)
+        if len(logits) > 1:
+            logits, choices = [torch.cat(logits)], [torch.cat(choices)]
+        self._choices = logits[0], choices[0]
+        return logits[0]
+
+    def greedy(self, logits: torch.Tensor) -> list[int]:
+        if self._choices is not None and self._choices[0] is logits:
+            return self._choices[1].tolist()
+        return argmax(logits).tolist()
 
     def _attention(
         self,

@@ -16,6 +16,12 @@ from transformers import DynamicCache
 from core.runtime.sliding import SlidingWindow, sliding_window_of, step_masks
 
 
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """The index of each row's first maximum, as ``logits.argmax(-1)`` gives it: ``torch.max`` finds the
+    same index 4-5x faster on bf16 rows on the CPU."""
+    return logits.max(-1).indices
+
+
 class ModelStep(Protocol):
     """A model with its KV cache, fed one step at a time (batch size 1)."""
 
@@ -33,6 +39,11 @@ class ModelStep(Protocol):
         model's dtype, or ``None`` for causal attention over the cache and among the new tokens.
         The step's entries join the cache.
         """
+        ...
+
+    def greedy(self, logits: torch.Tensor) -> list[int]:
+        """Each row's first maximum of ``logits``, the last :meth:`forward`'s (where the step found them as it
+        computed the logits, without another tensor operation)."""
         ...
 
     def keep(self, past: int, step_size: int, sources: list[int]) -> None:
@@ -66,6 +77,9 @@ class TransformersStep:
             logits_to_keep=keep,
         )
         return out.logits[0]
+
+    def greedy(self, logits: torch.Tensor) -> list[int]:
+        return argmax(logits).tolist()
 
     def keep(self, past: int, step_size: int, sources: list[int]) -> None:
         accepted = len(sources)

@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "int8_products.h"
@@ -93,6 +95,25 @@ std::pair<int64_t, int64_t> channel_share(int64_t n, int thread, int threads) {
   return {std::min(n, b0 * kChannelBlock), std::min(n, b1 * kChannelBlock)};
 }
 
+// The first index of the largest of v[0, n) (of the first NaN where there is one: torch.max's choice), and the value.
+std::pair<int64_t, float> first_max(const float* v, int64_t n) {
+  using FVec = at::vec::Vectorized<float>;
+  FVec tops(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + FVec::size() <= n; j += FVec::size()) tops = at::vec::maximum(tops, FVec::loadu(v + j));  // NaN carries
+  auto above = [](float a, float top) { return !std::isnan(top) && (a > top || std::isnan(a)); };
+  alignas(64) float lanes[FVec::size()];
+  tops.store(lanes);
+  float top = -std::numeric_limits<float>::infinity();
+  for (float lane : lanes)
+    if (above(lane, top)) top = lane;
+  for (; j < n; ++j)
+    if (above(v[j], top)) top = v[j];
+  for (j = 0; j < n; ++j)
+    if (std::isnan(top) ? std::isnan(v[j]) : v[j] == top) return {j, v[j]};
+  return {0, v[0]};  // n == 0 only
+}
+
 template <typename T>
 void store(T* cache, const float* from, int64_t d) {
   at::vec::convert(from, cache, d);
@@ -118,7 +139,7 @@ template <typename T>
 void decode(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tensor& positions, const at::Tensor& cos,
             const at::Tensor& sin, at::TensorList keys, at::TensorList values, int64_t past, const float* mask,
             const at::Tensor& rows, at::TensorList weights, const std::vector<const float*>& biases, int64_t heads,
-            int64_t kv_heads, float eps, float head_eps, at::Tensor& logits) {
+            int64_t kv_heads, float eps, float head_eps, at::Tensor& logits, at::Tensor& choices) {
   const int64_t layers = static_cast<int64_t>(keys.size());
   const int64_t q = ids.size(0), H = embeddings.size(1), d = cos.size(1);
   const int64_t Nqkv = weights[7].size(0), I = weights[9].size(0), V = logits.size(1), kept = rows.size(0);
@@ -137,6 +158,8 @@ void decode(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tenso
   const float *cosp = cos.data_ptr<float>(), *sinp = sin.data_ptr<float>();
   const int64_t* position = positions.data_ptr<int64_t>();
   const int64_t* kept_rows = rows.data_ptr<int64_t>();
+  // each thread's first maximum of each kept row (index -1: a thread without channels of the head)
+  std::vector<std::pair<int64_t, float>> bests(threads * kept, {-1, -std::numeric_limits<float>::infinity()});
   const AttentionShape shape{q, past, heads, kv_heads, d, qkvp, Nqkv, mask, 1.0f / std::sqrt(static_cast<float>(d)),
                              scores.data_ptr<float>(), denominators.data_ptr<float>(), attention.data_ptr<float>()};
   const int64_t blocks = (length + kKeyBlock - 1) / kKeyBlock;
@@ -204,8 +227,23 @@ void decode(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tenso
       in.round(np, kept, H, H);
       auto [v0, v1] = channel_share(V, t, team);
       product(in, head[1].data_ptr(), head[2].data_ptr<float>(), v0, v1, Output{out, V, biases[layers * kLayerBiases], false});
+      for (int64_t r = 0; r < kept && v1 > v0; ++r) {
+        const auto [index, value] = first_max(out + r * V + v0, v1 - v0);
+        bests[t * kept + r] = {v0 + index, value};
+      }
     }
   });
+  // each row's choice: the threads' shares in channel order, the earlier on a tie (or NaN)
+  int64_t* choice = choices.data_ptr<int64_t>();
+  for (int64_t r = 0; r < kept; ++r) {
+    std::pair<int64_t, float> best{-1, 0.0f};
+    for (int t = 0; t < threads; ++t) {
+      const std::pair<int64_t, float>& other = bests[t * kept + r];
+      const bool above = !std::isnan(best.second) && (other.second > best.second || std::isnan(other.second));
+      if (other.first >= 0 && (best.first < 0 || above)) best = other;
+    }
+    choice[r] = std::max<int64_t>(best.first, 0);
+  }
 }
 
 // ids [q]: the step's tokens; embeddings [vocabulary, H] (fp32, bf16 or fp16): the model's embedding table;
@@ -215,8 +253,8 @@ void decode(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tenso
 // logits are returned. weights: per layer norm1, norm2 (fp32), the qkv, o, gate, up and down int8 weights
 // (as int8_pack made them where the products read packed weights), their fp32 scales; then the final norm,
 // the head's weight and scales. biases: per layer qkv, o, gate_up (gate then up), down, then the head's
-// (fp32, or none). Returns the logits [r, vocabulary] in fp32.
-at::Tensor int8_decoder(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tensor& positions,
+// (fp32, or none). Returns the logits [r, vocabulary] in fp32 and each of their rows' first maximum (int64 [r]).
+std::tuple<at::Tensor, at::Tensor> int8_decoder(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tensor& positions,
                         const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys, at::TensorList values,
                         int64_t past, const std::optional<at::Tensor>& mask, const at::Tensor& rows, at::TensorList weights,
                         const c10::List<std::optional<at::Tensor>>& biases, int64_t heads, int64_t kv_heads, double eps,
@@ -290,19 +328,20 @@ at::Tensor int8_decoder(const at::Tensor& ids, const at::Tensor& embeddings, con
   const int64_t* kept = r.data_ptr<int64_t>();
   TORCH_CHECK(std::all_of(kept, kept + r.size(0), [&](int64_t k) { return k >= 0 && k < q; }), "int8_decoder: rows within the step");
   at::Tensor logits = at::empty({r.size(0), weights[layers * kLayerTensors + 2].numel()}, cos.options());
+  at::Tensor choices = at::empty({r.size(0)}, ids.options());
   const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
   switch (keys[0].scalar_type()) {
     case at::kFloat:
       decode<float>(ids, embeddings, positions, cos, sin, keys, values, past, mp, r, weights, bias_pointers, heads, kv_heads,
-                    eps, head_eps, logits);
+                    eps, head_eps, logits, choices);
       break;
     case at::kBFloat16:
       decode<c10::BFloat16>(ids, embeddings, positions, cos, sin, keys, values, past, mp, r, weights, bias_pointers, heads,
-                            kv_heads, eps, head_eps, logits);
+                            kv_heads, eps, head_eps, logits, choices);
       break;
     default: TORCH_CHECK(false, "int8_decoder: a cache of fp32 or bf16");
   }
-  return logits;
+  return {logits, choices};
 }
 
 // A weight [N, K] as the products read it (pack_weights); only where they read packed weights.
@@ -326,7 +365,7 @@ TORCH_LIBRARY(lookahead, m) {
   m.def(
       "int8_decoder(Tensor ids, Tensor embeddings, Tensor positions, Tensor cos, Tensor sin, Tensor[] keys, "
       "Tensor[] values, int past, Tensor? mask, Tensor rows, Tensor[] weights, Tensor?[] biases, int heads, int kv_heads, "
-      "float eps, float head_eps) -> Tensor");
+      "float eps, float head_eps) -> (Tensor, Tensor)");
   // the levels int8_decoder rounds a row of this many inputs to: 127 x 128 where it multiplies two bytes
   m.def("int8_levels(int inputs) -> int", [](int64_t inputs) { return lookahead::activation_levels(inputs); });
   // whether int8_decoder reads its weights as int8_pack makes them (AVX-512 VNNI)

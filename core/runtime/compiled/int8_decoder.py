@@ -123,8 +123,9 @@ class Int8Decoder:
         past: int,
         mask: torch.Tensor | None,
         rows: torch.Tensor,
-    ) -> torch.Tensor:
-        """The fp32 logits ``[len(rows), vocabulary]`` of a step of ``q`` tokens: ``ids`` ``[q]``, each token's row
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fp32 logits ``[len(rows), vocabulary]`` of a step of ``q`` tokens, and each row's first maximum
+        (int64, torch.max's choice, found as the head's products end): ``ids`` ``[q]``, each token's row
         ``positions`` ``[q]`` of the rotary tables ``cos`` and ``sin`` ``[P, head_dim]`` (fp32,
         :class:`~core.runtime.rotary.RotaryTable`); each layer's cache ``[capacity, kv_heads, head_dim]`` with
         ``past`` entries, this step's written after them; ``mask`` ``[q, past + q]`` additive, or ``None``

@@ -7,7 +7,8 @@ import torch
 
 from core.lookahead.pool import NGramPool
 from core.lookahead.tree import build_tree
-from core.lookahead.verify import argmax, verify_greedy
+from core.lookahead.verify import verify_greedy
+from core.runtime.step import argmax
 
 
 def test_tree_merges_shared_prefixes_and_keeps_each_candidates_path() -> None:

@@ -11,7 +11,7 @@ import torch
 
 from core.runtime.compiled import kernels
 from core.runtime.compiled.int8_decoder import Int8Decoder, why_not_int8_decoder
-from core.runtime.weights.fused import fuse_projections
+from core.runtime.weights.fused import fuse_projections, head_weights
 from core.runtime.weights.quantized import Int8WeightLinear, quantize_model
 from tests.conftest import make_model, tiny_llama_config
 
@@ -84,7 +84,9 @@ class Step:
         hidden = self.model.model.embed_tokens(ids[None])
         cos, sin = (table[0].float().contiguous() for table in self.model.model.rotary_emb(hidden, positions[None]))
         rows = torch.arange(len(ids)) if rows is None else rows
-        return self.decoder(ids, torch.arange(len(ids)), cos, sin, self.keys, self.values, past, mask, rows)
+        logits, choices = self.decoder(ids, torch.arange(len(ids)), cos, sin, self.keys, self.values, past, mask, rows)
+        assert torch.equal(choices, logits.argmax(-1))  # each row's first maximum, found as the head ended
+        return logits
 
 
 @pytest.mark.parametrize(
@@ -152,6 +154,25 @@ def test_a_token_gets_the_logits_of_its_own_1_token_step(rows: int, cache_dtype:
             assert torch.equal(logits[0], together[row]), row
             for mine, whole in zip(alone.keys + alone.values, step.keys + step.values):
                 assert torch.equal(mine[len(seen)], whole[past + row])  # its own cache entries alike
+
+
+def test_each_rows_choice_is_torchs_first_maximum_ties_and_nan_included() -> None:
+    """The kernel's greedy choice is torch.max's: on a tie the lowest index (also across the threads' shares
+    of the vocabulary), and a NaN over any number."""
+    model = int8_model(seed=7)
+    ids = torch.randint(3, 96, (4,), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        winner = int(Step(model)(ids, torch.arange(4), 0)[-1].argmax())
+        _, head, scales, _ = head_weights(model)
+        for tied in (5, 90):  # two channels far apart, the same weights and scale, above every other
+            head[tied] = head[winner]
+            scales[tied] = 10 * scales[winner]
+        step = Step(model)
+        logits = step(ids, torch.arange(4), 0)
+        assert logits[-1, 5] == logits[-1, 90] and int(logits[-1].argmax()) == 5
+        scales[70] = float("nan")
+        logits = Step(model)(ids, torch.arange(4), 0)
+        assert logits[:, 70].isnan().all() and (logits.argmax(-1) == 70).all()
 
 
 def test_bad_inputs_are_clear_errors() -> None:
