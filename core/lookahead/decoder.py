@@ -309,6 +309,7 @@ class Decoding:
             logits = self._forward(ids, positions, shape.keep_rows, mask)
         finally:
             mask[:, past:].zero_()  # the buffer is all zeros (attend) outside the current step block
+        assert self._model_step is not None
         predictions = self._model_step.greedy(logits)
 
         def row(c: int, m: int) -> int:
@@ -326,7 +327,6 @@ class Decoding:
 
             best, accepted, emitted = verify_with_policy(candidates, row_scores, policy, self.device)
         sources = [shape.tree_start + node for node in tree.paths[best][:accepted]] if accepted else []
-        assert self._model_step is not None
         self._model_step.keep(past, shape.size, sources)
         if window is not None:
             window.update(x, predictions[1 : 1 + cfg.window], self.pool)

@@ -111,7 +111,7 @@ std::pair<int64_t, float> first_max(const float* v, int64_t n) {
     if (above(v[j], top)) top = v[j];
   for (j = 0; j < n; ++j)
     if (std::isnan(top) ? std::isnan(v[j]) : v[j] == top) return {j, v[j]};
-  return {0, v[0]};  // n == 0 only
+  return {0, top};  // n == 0 only
 }
 
 template <typename T>
