@@ -124,6 +124,7 @@ class Decoding:
         self.policy = policy if policy is not None and (policy.do_sample or policy.processors) else None
         self.device = self.model.device
         self.tokens: list[int] = []
+        self._seen = set(self.prompt)  # every token of the text so far (what a repetition penalty lowers)
         self.finish_reason: str | None = None
         mode = "auto" if chooser is not None else "lookahead" if lookahead else "plain"
         self.stats = DecodeStats(mode=mode, prompt_tokens=len(self.prompt))
@@ -214,6 +215,7 @@ class Decoding:
             start = len(self.prompt) + len(self.tokens)
             self._ids[0, start : start + len(kept)] = torch.tensor(kept, device=self.device)
         self.tokens.extend(kept)
+        self._seen.update(kept)
         if self.finish_reason is None and len(self.tokens) >= self.max_new_tokens:
             self.finish_reason = "length"
         self.stats.record(len(kept), seconds, prefill=prefill, setting=None if prefill else setting_label(setting))
@@ -267,9 +269,11 @@ class Decoding:
 
     def _choose(self, logits: torch.Tensor) -> int:
         """The next token from a step's last kept logits row."""
-        if self.policy is None:
-            assert self._model_step is not None
-            return self._model_step.greedy(logits)[-1]
+        assert self._model_step is not None
+        if self.policy is None or self.policy.keeps_unseen_argmax:
+            choice = self._model_step.greedy(logits)[-1]
+            if self.policy is None or choice not in self._seen:
+                return choice
         return self.policy.choose(self._prefix(()), logits[-1])
 
     def _prefix(self, extra: Sequence[int]) -> torch.Tensor:
@@ -325,7 +329,13 @@ class Decoding:
                 index = 0 if c < 0 else row(c, depth)
                 return policy.scores(self._prefix(candidates[c][:tokens] if c >= 0 else ()), logits[index])
 
-            best, accepted, emitted = verify_with_policy(candidates, row_scores, policy, self.device)
+            def known_choice(c: int, depth: int, tokens: int) -> int | None:
+                choice = predictions[0 if c < 0 else row(c, depth)]
+                unseen = choice not in self._seen and (c < 0 or choice not in candidates[c][:tokens])
+                return choice if unseen else None
+
+            known = known_choice if policy.keeps_unseen_argmax else None
+            best, accepted, emitted = verify_with_policy(candidates, row_scores, policy, self.device, known)
         sources = [shape.tree_start + node for node in tree.paths[best][:accepted]] if accepted else []
         self._model_step.keep(past, shape.size, sources)
         if window is not None:

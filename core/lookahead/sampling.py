@@ -103,6 +103,16 @@ class TokenPolicy:
         self._chain: list[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] | None = (
             list(processors) if all(_plain_processor(p) for p in processors) else None
         )
+        # A repetition penalty of at least 1, alone and greedy, only lowers the scores of tokens already in the
+        # text: where the raw argmax is a token not in it, it is the processed argmax too (and a NaN, the first
+        # NaN either way). Then the row needs no processing (a handful of tensor operations a row).
+        only = list(processors)
+        self.keeps_unseen_argmax = (
+            not do_sample
+            and len(only) == 1
+            and isinstance(only[0], RepetitionPenaltyLogitsProcessor)
+            and float(only[0].penalty) >= 1.0
+        )
 
     @classmethod
     def from_config(cls, config: SamplingConfig, device: torch.device) -> TokenPolicy:
@@ -152,18 +162,25 @@ def accept_draft(p_token: float, u: float) -> bool:
 RowScores = Callable[[int, int, int], torch.Tensor]
 """``(candidate, depth, tokens)`` -> processed scores of the row after the candidate's first ``tokens`` tokens."""
 
+RowChoice = Callable[[int, int, int], int | None]
+"""``(candidate, depth, tokens)`` -> that row's processed greedy choice where known without processing, else None."""
+
 
 def verify_with_policy(
-    candidates: Sequence[Sequence[int]], row_scores: RowScores, policy: TokenPolicy, device: torch.device
+    candidates: Sequence[Sequence[int]],
+    row_scores: RowScores,
+    policy: TokenPolicy,
+    device: torch.device,
+    known_choice: RowChoice | None = None,
 ) -> tuple[int, int, list[int]]:
     """Verify candidates under a processed (greedy or sampled) target; same result shape as verify_greedy.
 
     ``row_scores(c, 0, 0)`` gives the row after x; ``row_scores(c, m, m + 1)`` the row after
     candidate c's token m. Rows are requested lazily, so only the rows verification reaches are
-    processed.
+    processed; greedy, a row whose ``known_choice`` is not None is not processed at all.
     """
     if not policy.do_sample:
-        return _verify_processed_greedy(candidates, row_scores)
+        return _verify_processed_greedy(candidates, row_scores, known_choice)
     probs = torch.softmax(row_scores(-1, 0, 0), dim=-1)
     active = list(range(len(candidates)))
     best, emitted = -1, []
@@ -192,14 +209,17 @@ def verify_with_policy(
     return best, len(emitted) - 1, emitted
 
 
-def _verify_processed_greedy(candidates: Sequence[Sequence[int]], row_scores: RowScores) -> tuple[int, int, list[int]]:
-    """:func:`verify_greedy` on processed scores; each distinct prefix's row is processed once."""
+def _verify_processed_greedy(
+    candidates: Sequence[Sequence[int]], row_scores: RowScores, known_choice: RowChoice | None
+) -> tuple[int, int, list[int]]:
+    """:func:`verify_greedy` on processed scores; each distinct prefix's row is processed once, if at all."""
     memo: dict[tuple[int, ...], int] = {}
 
     def target(c: int, depth: int, tokens: int) -> int:
         key = tuple(candidates[c][:tokens]) if c >= 0 else ()
         if key not in memo:
-            memo[key] = int(argmax(row_scores(c, depth, tokens)))
+            known = known_choice(c, depth, tokens) if known_choice is not None else None
+            memo[key] = known if known is not None else int(argmax(row_scores(c, depth, tokens)))
         return memo[key]
 
     return verify_greedy(target(-1, 0, 0), candidates, lambda c, m: target(c, m, m + 1))

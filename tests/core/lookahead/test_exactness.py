@@ -133,6 +133,34 @@ def test_default_model_real_prompts_match_generate(default_loaded) -> None:
         assert decoding.stats.tokens_per_step > 1.2
 
 
+def test_default_model_with_the_penalty_processes_only_rows_whose_raw_choice_is_in_the_text(
+    default_loaded, monkeypatch
+) -> None:
+    """The chat default (greedy, repetition penalty 1.1) on real text: generate's answer token for token, while
+    most choices skip the processing (their raw argmax is a token not yet in the text)."""
+    from core.chat.prompt import Message, encode_messages
+    from core.lookahead import SamplingConfig, TokenPolicy
+
+    tok, model = default_loaded.tokenizer, default_loaded.model
+    ids = encode_messages(tok, [Message("user", "Write a Python function that checks whether a number is prime.")])
+    generated = model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False, repetition_penalty=1.1)
+    reference = generated[0, len(ids) :].tolist()
+    policy = TokenPolicy(SamplingConfig(repetition_penalty=1.1).processors(), do_sample=False)
+    processed: list[int] = []
+    scores = TokenPolicy.scores
+    monkeypatch.setattr(
+        TokenPolicy, "scores", lambda self, prefix, logits: processed.append(1) or scores(self, prefix, logits)
+    )
+    for config in (None, LookaheadConfig(0, 3, 1, cut_to_match=True)):
+        processed.clear()
+        decoding = Decoding(
+            model, ids, lookahead=config, max_new_tokens=64, eos_token_ids=[tok.eos_token_id], policy=policy
+        )
+        list(decoding)
+        assert decoding.tokens == reference, config
+        assert 0 < len(processed) < len(reference) * 3 // 4, (config, len(processed), len(reference))
+
+
 def test_custom_generate_entry_point_matches_generate() -> None:
     model = make_model(tiny_llama_config(96), seed=5)
     prompt = torch.tensor([_repetitive_prompt(5)])

@@ -145,6 +145,40 @@ def test_greedy_decoding_with_the_penalty_matches_generate(model) -> None:
         assert decoding.tokens == reference[0, len(PROMPT) :].tolist()
 
 
+def unseen_argmax_holds(penalty: float, trials: int = 300) -> tuple[int, int]:
+    """(rows whose raw argmax is not in the text, of those the rows where it is the processed argmax too), on
+    small-integer logits (many ties, zeros, now and then a NaN)."""
+    generator = torch.Generator().manual_seed(1)
+    policy = TokenPolicy(SamplingConfig(repetition_penalty=penalty).processors(), do_sample=False)
+    unseen = held = 0
+    for trial in range(trials):
+        logits = torch.randint(-3, 4, (50,), generator=generator).float()
+        if trial % 10 == 0:
+            logits[int(torch.randint(0, 50, (1,), generator=generator))] = float("nan")
+        prefix = torch.randint(0, 50, (1, 20), generator=generator)
+        raw = int(logits.max(-1).indices)
+        if raw not in prefix[0].tolist():
+            unseen += 1
+            held += policy.choose(prefix, logits) == raw
+    return unseen, held
+
+
+def test_a_penaltys_greedy_choice_is_the_raw_one_where_that_token_is_not_in_the_text() -> None:
+    """What lets decoding skip processing a row: a repetition penalty of at least 1, alone and greedy, only
+    lowers the scores of tokens in the text, so a raw argmax outside the text is the processed one too."""
+    assert TokenPolicy(SamplingConfig(repetition_penalty=1.1).processors(), do_sample=False).keeps_unseen_argmax
+    unseen, held = unseen_argmax_holds(1.1)
+    assert unseen > 100 and held == unseen
+    unseen, held = unseen_argmax_holds(0.8)  # below 1 the penalty raises them: the rule would not hold
+    assert held < unseen
+    for config, do_sample in (
+        (SamplingConfig(repetition_penalty=0.8), False),
+        (SamplingConfig(repetition_penalty=1.1), True),
+        (SamplingConfig(repetition_penalty=1.1, top_k=5), False),
+    ):
+        assert not TokenPolicy(config.processors(), do_sample=do_sample).keeps_unseen_argmax
+
+
 def test_a_processor_that_needs_more_arguments_goes_through_transformers_list() -> None:
     class NeedsCurrentLength:
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, cur_len: int) -> torch.Tensor:
