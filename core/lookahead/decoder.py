@@ -270,9 +270,11 @@ class Decoding:
     def _choose(self, logits: torch.Tensor) -> int:
         """The next token from a step's last kept logits row."""
         assert self._model_step is not None
-        if self.policy is None or self.policy.keeps_unseen_argmax:
+        if self.policy is None:
+            return self._model_step.greedy(logits)[-1]
+        if self.policy.keeps_unseen_argmax:
             choice = self._model_step.greedy(logits)[-1]
-            if self.policy is None or choice not in self._seen:
+            if choice not in self._seen:
                 return choice
         return self.policy.choose(self._prefix(()), logits[-1])
 
