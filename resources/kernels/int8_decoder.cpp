@@ -12,6 +12,7 @@
 // The residual stream stays in fp32 from layer to layer; the cache holds the model's dtype (bf16 or fp32).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/custom_class.h>
 #include <torch/library.h>
 
 #include <omp.h>
@@ -119,6 +120,68 @@ void store(T* cache, const float* from, int64_t d) {
   at::vec::convert(from, cache, d);
 }
 
+}  // namespace
+
+// An int8 model's tensors as int8_decoder reads them, checked once: a step passes this one object (a list of
+// the model's few hundred tensors costs the dispatcher more than a tenth of a millisecond a call).
+// embeddings [vocabulary, H] (fp32, bf16 or fp16): the model's embedding table. weights: per layer norm1, norm2
+// (fp32), the qkv, o, gate, up and down int8 weights (as int8_pack made them where the products read packed
+// weights), their fp32 scales; then the final norm, the head's weight and scales. biases: per layer qkv, o,
+// gate_up (gate then up), down, then the head's; an empty tensor where there is none.
+struct Int8Model : torch::CustomClassHolder {
+  at::Tensor embeddings;
+  std::vector<at::Tensor> weights, biases;
+  std::vector<const void*> data;             // each weight's data: a step reads no tensor's metadata (each a few
+                                            // cache misses once the weights streamed through)
+  std::vector<const float*> bias_pointers;  // nullptr: no bias
+  int64_t layers, heads, kv_heads, head_dim;
+  float eps, head_eps;
+
+  Int8Model(at::Tensor embeddings_, std::vector<at::Tensor> weights_, std::vector<at::Tensor> biases_, int64_t heads_,
+            int64_t kv_heads_, double eps_, double head_eps_)
+      : embeddings(std::move(embeddings_)), weights(std::move(weights_)), heads(heads_), kv_heads(kv_heads_),
+        eps(static_cast<float>(eps_)), head_eps(static_cast<float>(head_eps_)) {
+    TORCH_CHECK(weights.size() > kHeadTensors && (weights.size() - kHeadTensors) % kLayerTensors == 0,
+                "Int8Model: ", kLayerTensors, " tensors a layer and ", kHeadTensors, " for the head");
+    layers = static_cast<int64_t>(weights.size() - kHeadTensors) / kLayerTensors;
+    TORCH_CHECK(static_cast<int64_t>(biases_.size()) == layers * kLayerBiases + 1, "Int8Model: ", kLayerBiases,
+                " biases a layer and one for the head");
+    TORCH_CHECK(embeddings.dim() == 2 && embeddings.is_contiguous() &&
+                    (embeddings.scalar_type() == at::kFloat || embeddings.scalar_type() == at::kBFloat16 ||
+                     embeddings.scalar_type() == at::kHalf),
+                "Int8Model: an embedding table [vocabulary, H] of fp32, bf16 or fp16, contiguous");
+    const int64_t H = embeddings.size(1);
+    TORCH_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, "Int8Model: ", heads, " heads over ", kv_heads);
+    head_dim = weights[7].numel() / (heads + 2 * kv_heads);
+    TORCH_CHECK(weights[7].numel() == (heads + 2 * kv_heads) * head_dim && attention_supports(head_dim),
+                "Int8Model: head_dim ", head_dim, " not supported");
+    const int64_t I = weights[9].numel();
+    TORCH_CHECK(!kByteActivations || std::max(H, I) <= INT32_MAX / (255 * 127), "Int8Model: too many inputs for int32 sums");
+    for (int64_t l = 0; l <= layers; ++l) {
+      const int64_t first = l * kLayerTensors;
+      const bool head = l == layers;
+      for (int64_t n = 0; n < (head ? 1 : 2); ++n) {
+        const at::Tensor& norm = weights[first + n];
+        TORCH_CHECK(norm.scalar_type() == at::kFloat && norm.is_contiguous() && norm.numel() == H, "Int8Model: fp32 norms");
+      }
+      for (int64_t p = 0; p < (head ? 1 : 5); ++p) {  // each projection's weight against its scales and inputs
+        const at::Tensor& w = weights[first + (head ? 1 : 2 + p)];
+        const at::Tensor& scales = weights[first + (head ? 2 : 7 + p)];
+        const int64_t inputs = head || (p != 1 && p != 4) ? H : (p == 1 ? heads * head_dim : I);
+        TORCH_CHECK(reads(w, scales.numel(), inputs) && scales.scalar_type() == at::kFloat && scales.is_contiguous(),
+                    "Int8Model: weights as int8_pack makes them, and their fp32 scales");
+      }
+    }
+    for (const at::Tensor& w : weights) data.push_back(w.data_ptr());
+    for (const at::Tensor& b : biases_) {
+      biases.push_back(b.numel() ? b.to(at::kFloat).contiguous() : at::Tensor());
+      bias_pointers.push_back(biases.back().defined() ? biases.back().data_ptr<float>() : nullptr);
+    }
+  }
+};
+
+namespace {
+
 // The step's tokens' embeddings, widened to fp32: the residual stream's start [q, H].
 at::Tensor embed(const at::Tensor& ids, const at::Tensor& embeddings) {
   const int64_t q = ids.size(0), H = embeddings.size(1);
@@ -136,13 +199,15 @@ at::Tensor embed(const at::Tensor& ids, const at::Tensor& embeddings) {
 }
 
 template <typename T>
-void decode(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tensor& positions, const at::Tensor& cos,
+void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos,
             const at::Tensor& sin, at::TensorList keys, at::TensorList values, int64_t past, const float* mask,
-            const at::Tensor& rows, at::TensorList weights, const std::vector<const float*>& biases, int64_t heads,
-            int64_t kv_heads, float eps, float head_eps, at::Tensor& logits, at::Tensor& choices) {
-  const int64_t layers = static_cast<int64_t>(keys.size());
+            const at::Tensor& rows, at::Tensor& logits, at::Tensor& choices) {
+  const std::vector<const float*>& biases = model.bias_pointers;
+  const at::Tensor& embeddings = model.embeddings;
+  const int64_t layers = model.layers, heads = model.heads, kv_heads = model.kv_heads;
+  const float eps = model.eps, head_eps = model.head_eps;
   const int64_t q = ids.size(0), H = embeddings.size(1), d = cos.size(1);
-  const int64_t Nqkv = weights[7].size(0), I = weights[9].size(0), V = logits.size(1), kept = rows.size(0);
+  const int64_t Nqkv = model.weights[7].size(0), I = model.weights[9].size(0), V = logits.size(1), kept = rows.size(0);
   const int64_t group = heads / kv_heads, length = past + q;
   at::Tensor x = embed(ids, embeddings);  // the residual stream, fp32
   const auto options = x.options();
@@ -163,6 +228,8 @@ void decode(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tenso
   const AttentionShape shape{q, past, heads, kv_heads, d, qkvp, Nqkv, mask, 1.0f / std::sqrt(static_cast<float>(d)),
                              scores.data_ptr<float>(), denominators.data_ptr<float>(), attention.data_ptr<float>()};
   const int64_t blocks = (length + kKeyBlock - 1) / kKeyBlock;
+  std::vector<T*> key_caches, value_caches;
+  for (int64_t l = 0; l < layers; ++l) key_caches.push_back(keys[l].data_ptr<T>()), value_caches.push_back(values[l].data_ptr<T>());
   with_chunks(d, [&](auto chunks) {
     constexpr int C = decltype(chunks)::value;
 #pragma omp parallel num_threads(threads)
@@ -172,16 +239,17 @@ void decode(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tenso
       in.q = static_cast<Activation*>(rounded[t].data_ptr());
       float* np = normed[t].data_ptr<float>();
       for (int64_t l = 0; l < layers; ++l) {
-        const at::Tensor* w = &weights[l * kLayerTensors];
+        const void* const* w = &model.data[l * kLayerTensors];
+        auto floats = [w](int i) { return static_cast<const float*>(w[i]); };
         const int64_t b = l * kLayerBiases;
-        T* key_cache = keys[l].data_ptr<T>();
-        T* value_cache = values[l].data_ptr<T>();
+        T* key_cache = key_caches[l];
+        T* value_cache = value_caches[l];
         // q, k and v in equal shares of channels, then rotated and cached by whole heads (an odd number of heads
         // in whole heads left one thread waiting for the other)
-        for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, w[0].data_ptr<float>(), H, eps, np + m * H);
+        for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, floats(0), H, eps, np + m * H);
         in.round(np, q, H, H);
         auto [c0, c1] = channel_share(Nqkv, t, team);
-        product(in, w[2].data_ptr(), w[7].data_ptr<float>(), c0, c1, Output{qkvp, Nqkv, biases[b], false});
+        product(in, w[2], floats(7), c0, c1, Output{qkvp, Nqkv, biases[b], false});
 #pragma omp barrier
         auto [h0, h1] = share(heads + 2 * kv_heads, t, team);
         for (int64_t h = h0; h < h1; ++h)
@@ -206,27 +274,27 @@ void decode(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tenso
 #pragma omp barrier
         in.round(shape.out, q, heads * d, heads * d);
         auto [o0, o1] = channel_share(H, t, team);
-        product(in, w[3].data_ptr(), w[8].data_ptr<float>(), o0, o1, Output{xp, H, biases[b + 1], true});
+        product(in, w[3], floats(8), o0, o1, Output{xp, H, biases[b + 1], true});
 #pragma omp barrier
         // gate and up of the same channels, then silu(gate) * up
-        for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, w[1].data_ptr<float>(), H, eps, np + m * H);
+        for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, floats(1), H, eps, np + m * H);
         in.round(np, q, H, H);
         auto [g0, g1] = channel_share(I, t, team);
         const float* gate_up_bias = biases[b + 2];
-        product(in, w[4].data_ptr(), w[9].data_ptr<float>(), g0, g1, Output{mlpp, I, gate_up_bias, false});
-        product(in, w[5].data_ptr(), w[10].data_ptr<float>(), g0, g1,
+        product(in, w[4], floats(9), g0, g1, Output{mlpp, I, gate_up_bias, false});
+        product(in, w[5], floats(10), g0, g1,
                 Output{upp, I, gate_up_bias ? gate_up_bias + I : nullptr, false});
         for (int64_t m = 0; m < q; ++m) silu_times(mlpp + m * I + g0, upp + m * I + g0, g1 - g0);
 #pragma omp barrier
         in.round(mlpp, q, I, I);
-        product(in, w[6].data_ptr(), w[11].data_ptr<float>(), o0, o1, Output{xp, H, biases[b + 3], true});
+        product(in, w[6], floats(11), o0, o1, Output{xp, H, biases[b + 3], true});
 #pragma omp barrier
       }
-      const at::Tensor* head = &weights[layers * kLayerTensors];
-      for (int64_t r = 0; r < kept; ++r) rms_norm(xp + kept_rows[r] * H, head[0].data_ptr<float>(), H, head_eps, np + r * H);
+      const void* const* head = &model.data[layers * kLayerTensors];
+      for (int64_t r = 0; r < kept; ++r) rms_norm(xp + kept_rows[r] * H, static_cast<const float*>(head[0]), H, head_eps, np + r * H);
       in.round(np, kept, H, H);
       auto [v0, v1] = channel_share(V, t, team);
-      product(in, head[1].data_ptr(), head[2].data_ptr<float>(), v0, v1, Output{out, V, biases[layers * kLayerBiases], false});
+      product(in, head[1], static_cast<const float*>(head[2]), v0, v1, Output{out, V, biases[layers * kLayerBiases], false});
       for (int64_t r = 0; r < kept && v1 > v0; ++r) {
         const auto [index, value] = first_max(out + r * V + v0, v1 - v0);
         bests[t * kept + r] = {v0 + index, value};
@@ -246,78 +314,36 @@ void decode(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tenso
   }
 }
 
-// ids [q]: the step's tokens; embeddings [vocabulary, H] (fp32, bf16 or fp16): the model's embedding table;
-// positions [q]: each token's row of cos and sin [P, d] (fp32), the rotary tables; keys and values: each layer's
-// cache [capacity, kv_heads, d] (bf16 or fp32), entries [0, past) filled, this step's written at
-// [past, past + q); mask [q, past + q] additive, or none for causal attention; rows [r]: the rows whose
-// logits are returned. weights: per layer norm1, norm2 (fp32), the qkv, o, gate, up and down int8 weights
-// (as int8_pack made them where the products read packed weights), their fp32 scales; then the final norm,
-// the head's weight and scales. biases: per layer qkv, o, gate_up (gate then up), down, then the head's
-// (fp32, or none). Returns the logits [r, vocabulary] in fp32 and each of their rows' first maximum (int64 [r]).
-std::tuple<at::Tensor, at::Tensor> int8_decoder(const at::Tensor& ids, const at::Tensor& embeddings, const at::Tensor& positions,
-                        const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys, at::TensorList values,
-                        int64_t past, const std::optional<at::Tensor>& mask, const at::Tensor& rows, at::TensorList weights,
-                        const c10::List<std::optional<at::Tensor>>& biases, int64_t heads, int64_t kv_heads, double eps,
-                        double head_eps) {
-  const int64_t layers = static_cast<int64_t>(keys.size());
-  TORCH_CHECK(layers > 0 && values.size() == keys.size(), "int8_decoder: a key and a value cache per layer");
-  TORCH_CHECK(static_cast<int64_t>(weights.size()) == layers * kLayerTensors + kHeadTensors,
-              "int8_decoder: ", kLayerTensors, " tensors a layer and ", kHeadTensors, " for the head");
-  TORCH_CHECK(static_cast<int64_t>(biases.size()) == layers * kLayerBiases + 1, "int8_decoder: ", kLayerBiases,
-              " biases a layer and one for the head");
+// model: the Int8Model; ids [q]: the step's tokens; positions [q]: each token's row of cos and sin [P, d] (fp32),
+// the rotary tables; keys and values: each layer's cache [capacity, kv_heads, d] (bf16 or fp32), entries
+// [0, past) filled, this step's written at [past, past + q); mask [q, past + q] additive, or none for causal
+// attention; rows [r]: the rows whose logits are returned. Returns the logits [r, vocabulary] in fp32 and each
+// of their rows' first maximum (int64 [r]).
+std::tuple<at::Tensor, at::Tensor> int8_decoder(const c10::intrusive_ptr<Int8Model>& model, const at::Tensor& ids,
+                                                const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& sin,
+                                                at::TensorList keys, at::TensorList values, int64_t past,
+                                                const std::optional<at::Tensor>& mask, const at::Tensor& rows) {
+  const int64_t layers = model->layers, kv_heads = model->kv_heads, d = model->head_dim;
+  TORCH_CHECK(static_cast<int64_t>(keys.size()) == layers && values.size() == keys.size(),
+              "int8_decoder: a key and a value cache per layer");
   TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == at::kLong && ids.is_contiguous(), "int8_decoder: ids [q], int64");
-  TORCH_CHECK(embeddings.dim() == 2 && embeddings.is_contiguous() &&
-                  (embeddings.scalar_type() == at::kFloat || embeddings.scalar_type() == at::kBFloat16 ||
-                   embeddings.scalar_type() == at::kHalf),
-              "int8_decoder: an embedding table [vocabulary, H] of fp32, bf16 or fp16, contiguous");
-  const int64_t q = ids.size(0), H = embeddings.size(1);
+  const int64_t q = ids.size(0);
   const int64_t* id = ids.data_ptr<int64_t>();
-  TORCH_CHECK(std::all_of(id, id + q, [&](int64_t i) { return i >= 0 && i < embeddings.size(0); }),
+  TORCH_CHECK(std::all_of(id, id + q, [&](int64_t i) { return i >= 0 && i < model->embeddings.size(0); }),
               "int8_decoder: token ids within the embedding table");
-  TORCH_CHECK(cos.dim() == 2 && cos.scalar_type() == at::kFloat && cos.is_contiguous() && sin.sizes() == cos.sizes() &&
-                  sin.scalar_type() == at::kFloat && sin.is_contiguous(),
+  TORCH_CHECK(cos.dim() == 2 && cos.size(1) == d && cos.scalar_type() == at::kFloat && cos.is_contiguous() &&
+                  sin.sizes() == cos.sizes() && sin.scalar_type() == at::kFloat && sin.is_contiguous(),
               "int8_decoder: rotary tables cos and sin [P, head_dim], fp32, contiguous");
-  const int64_t d = cos.size(1);
   TORCH_CHECK(positions.dim() == 1 && positions.size(0) == q && positions.scalar_type() == at::kLong && positions.is_contiguous(),
               "int8_decoder: positions [q], int64");
   const int64_t* position = positions.data_ptr<int64_t>();
   TORCH_CHECK(std::all_of(position, position + q, [&](int64_t p) { return p >= 0 && p < cos.size(0); }),
               "int8_decoder: positions within the rotary tables");
-  TORCH_CHECK(attention_supports(d) && heads % kv_heads == 0, "int8_decoder: head_dim ", d, " or grouping not supported");
-  TORCH_CHECK(weights[7].numel() == (heads + 2 * kv_heads) * d, "int8_decoder: qkv shape");
-  const int64_t I = weights[9].numel();
-  TORCH_CHECK(!kByteActivations || std::max(H, I) <= INT32_MAX / (255 * 127), "int8_decoder: too many inputs for int32 sums");
-  for (int64_t l = 0; l <= layers; ++l) {
-    const int64_t first = l * kLayerTensors;
-    const bool head = l == layers;
-    for (int64_t p = 0; p < (head ? 1 : 5); ++p) {  // each projection's weight against its scales and inputs
-      const at::Tensor& w = weights[first + (head ? 1 : 2 + p)];
-      const at::Tensor& scales = weights[first + (head ? 2 : 7 + p)];
-      const int64_t inputs = head || (p != 1 && p != 4) ? H : (p == 1 ? heads * d : I);
-      TORCH_CHECK(reads(w, scales.numel(), inputs) && scales.scalar_type() == at::kFloat && scales.is_contiguous(),
-                  "int8_decoder: weights as int8_pack makes them, and their fp32 scales");
-    }
-  }
   for (int64_t l = 0; l < layers; ++l)
     TORCH_CHECK(keys[l].is_contiguous() && values[l].is_contiguous() && keys[l].size(0) >= past + q &&
                     keys[l].size(1) == kv_heads && keys[l].size(2) == d && keys[l].scalar_type() == keys[0].scalar_type() &&
                     values[l].sizes() == keys[l].sizes() && values[l].scalar_type() == keys[0].scalar_type(),
                 "int8_decoder: caches [capacity >= past + q, kv_heads, head_dim], contiguous, of one dtype");
-  for (int64_t l = 0; l <= layers; ++l)
-    for (int64_t n = 0; n < (l == layers ? 1 : 2); ++n) {
-      const at::Tensor& norm = weights[l * kLayerTensors + n];
-      TORCH_CHECK(norm.scalar_type() == at::kFloat && norm.is_contiguous() && norm.numel() == H, "int8_decoder: fp32 norms");
-    }
-  std::vector<const float*> bias_pointers;
-  std::vector<at::Tensor> bias_tensors;  // kept alive for the call
-  for (const std::optional<at::Tensor>& b : biases) {
-    if (b.has_value() && b->defined()) {
-      bias_tensors.push_back(b->to(at::kFloat).contiguous());
-      bias_pointers.push_back(bias_tensors.back().data_ptr<float>());
-    } else {
-      bias_pointers.push_back(nullptr);
-    }
-  }
   at::Tensor m;
   if (mask.has_value() && mask->defined()) {
     m = mask->to(at::kFloat).contiguous();
@@ -327,18 +353,12 @@ std::tuple<at::Tensor, at::Tensor> int8_decoder(const at::Tensor& ids, const at:
   TORCH_CHECK(r.dim() == 1, "int8_decoder: rows [r]");
   const int64_t* kept = r.data_ptr<int64_t>();
   TORCH_CHECK(std::all_of(kept, kept + r.size(0), [&](int64_t k) { return k >= 0 && k < q; }), "int8_decoder: rows within the step");
-  at::Tensor logits = at::empty({r.size(0), weights[layers * kLayerTensors + 2].numel()}, cos.options());
+  at::Tensor logits = at::empty({r.size(0), model->weights[layers * kLayerTensors + 2].numel()}, cos.options());
   at::Tensor choices = at::empty({r.size(0)}, ids.options());
   const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
   switch (keys[0].scalar_type()) {
-    case at::kFloat:
-      decode<float>(ids, embeddings, positions, cos, sin, keys, values, past, mp, r, weights, bias_pointers, heads, kv_heads,
-                    eps, head_eps, logits, choices);
-      break;
-    case at::kBFloat16:
-      decode<c10::BFloat16>(ids, embeddings, positions, cos, sin, keys, values, past, mp, r, weights, bias_pointers, heads,
-                            kv_heads, eps, head_eps, logits, choices);
-      break;
+    case at::kFloat: decode<float>(*model, ids, positions, cos, sin, keys, values, past, mp, r, logits, choices); break;
+    case at::kBFloat16: decode<c10::BFloat16>(*model, ids, positions, cos, sin, keys, values, past, mp, r, logits, choices); break;
     default: TORCH_CHECK(false, "int8_decoder: a cache of fp32 or bf16");
   }
   return {logits, choices};
@@ -362,10 +382,11 @@ at::Tensor int8_pack(const at::Tensor& weight) {
 }  // namespace lookahead
 
 TORCH_LIBRARY(lookahead, m) {
+  m.class_<lookahead::Int8Model>("Int8Model")
+      .def(torch::init<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>, int64_t, int64_t, double, double>());
   m.def(
-      "int8_decoder(Tensor ids, Tensor embeddings, Tensor positions, Tensor cos, Tensor sin, Tensor[] keys, "
-      "Tensor[] values, int past, Tensor? mask, Tensor rows, Tensor[] weights, Tensor?[] biases, int heads, int kv_heads, "
-      "float eps, float head_eps) -> (Tensor, Tensor)");
+      "int8_decoder(__torch__.torch.classes.lookahead.Int8Model model, Tensor ids, Tensor positions, Tensor cos, "
+      "Tensor sin, Tensor[] keys, Tensor[] values, int past, Tensor? mask, Tensor rows) -> (Tensor, Tensor)");
   // the levels int8_decoder rounds a row of this many inputs to: 127 x 128 where it multiplies two bytes
   m.def("int8_levels(int inputs) -> int", [](int64_t inputs) { return lookahead::activation_levels(inputs); });
   // whether int8_decoder reads its weights as int8_pack makes them (AVX-512 VNNI)

@@ -56,17 +56,14 @@ def why_not_int8_decoder(model: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Int8Decoder:
-    """A model's tensors as ``lookahead::int8_decoder`` takes them (norms and scales in fp32, made once), and
-    its shapes. The kernels must be loaded (:func:`~core.runtime.compiled.kernels.load`)."""
+    """A model's tensors as ``lookahead::int8_decoder`` takes them (norms and scales in fp32, made once) in
+    the kernel's ``Int8Model`` object, which checks them once: a step passes that one object, since a list of
+    the model's few hundred tensors costs the dispatcher more than a tenth of a millisecond a call. The
+    kernels must be loaded (:func:`~core.runtime.compiled.kernels.load`)."""
 
+    tensors: torch.ScriptObject  # lookahead's Int8Model
     embeddings: torch.Tensor  # the model's embedding table [vocabulary, hidden]
-    weights: tuple[torch.Tensor, ...]
-    biases: tuple[torch.Tensor | None, ...]
-    heads: int
-    kv_heads: int
     head_dim: int
-    eps: float
-    head_eps: float
     source: tuple[int, ...]  # where the model's int8 weights lie: a model converted since reads otherwise
 
     @classmethod
@@ -96,17 +93,18 @@ class Int8Decoder:
         biases.append(None if bias is None else bias.float().contiguous())
         config = model.config
         heads = config.num_attention_heads
-        return cls(
-            model.model.embed_tokens.weight.detach().contiguous(),
-            tuple(tensors),
-            tuple(biases),
+        embeddings = model.model.embed_tokens.weight.detach().contiguous()
+        held = torch.classes.lookahead.Int8Model(
+            embeddings,
+            tensors,
+            [torch.empty(0) if b is None else b for b in biases],  # empty: no bias
             heads,
             config.num_key_value_heads,
-            getattr(config, "head_dim", None) or config.hidden_size // heads,
             float(model.model.layers[0].input_layernorm.variance_epsilon),
             float(model.model.norm.variance_epsilon),
-            _source(model),
         )
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        return cls(held, embeddings, head_dim, _source(model))
 
     def reads(self, model: Any) -> bool:
         """Whether this decoder still reads ``model``'s weights (not converted or replaced since)."""
@@ -130,24 +128,7 @@ class Int8Decoder:
         :class:`~core.runtime.rotary.RotaryTable`); each layer's cache ``[capacity, kv_heads, head_dim]`` with
         ``past`` entries, this step's written after them; ``mask`` ``[q, past + q]`` additive, or ``None``
         (causal). The kernel looks up the tokens' embeddings itself."""
-        return torch.ops.lookahead.int8_decoder(
-            ids,
-            self.embeddings,
-            positions,
-            cos,
-            sin,
-            keys,
-            values,
-            past,
-            mask,
-            rows,
-            list(self.weights),
-            list(self.biases),
-            self.heads,
-            self.kv_heads,
-            self.eps,
-            self.head_eps,
-        )
+        return torch.ops.lookahead.int8_decoder(self.tensors, ids, positions, cos, sin, keys, values, past, mask, rows)
 
 
 def _source(model: Any) -> tuple[int, ...]:
