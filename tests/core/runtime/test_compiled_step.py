@@ -365,6 +365,27 @@ def test_a_model_converted_after_compiling_runs_eager_again() -> None:
     assert converted.tokens == expected.tokens
 
 
+@pytest.mark.skipif(not kernels.supported(), reason="the int8 decoder needs our kernels (x86-64 with AVX2)")
+def test_an_int8_model_whose_tensors_change_after_its_decoder_was_made_runs_eager() -> None:
+    """The decoder holds the model's tensors as they were (norms and scales copied to fp32): once one of them
+    is replaced (a layer's norm here, or the model converted), its steps would compute the old model."""
+    from core.runtime.weights.quantized import quantize_model
+
+    model = make_model(tiny_llama_config(96), seed=6)
+    quantize_model(model, 8)
+    prepared = compiled(model)
+    assert prepared.compiled is not None and prepared.compiled.decoder is not None
+    unchanged = Decoding(prepared, _prompt(6), max_new_tokens=12)
+    assert _layer_calls(model, lambda: list(unchanged)) == 0  # every step, the prompt's too, in the decoder
+    norm = model.model.layers[1].post_attention_layernorm
+    norm.weight = torch.nn.Parameter(norm.weight.detach() * 3)
+    changed = Decoding(prepared, _prompt(6), max_new_tokens=12)
+    assert _layer_calls(model, lambda: list(changed)) == 12  # every step eager
+    expected = Decoding(model, _prompt(6), max_new_tokens=12)
+    list(expected)
+    assert changed.tokens == expected.tokens
+
+
 def test_a_damaged_package_is_compiled_again(tmp_path, monkeypatch) -> None:
     import shutil
 
