@@ -63,6 +63,7 @@ class LlamaStep:
         self._compiled = compiled
         self._rotary: RotaryTable | None = None  # made on the int8 decoder's first step
         self._choices: tuple[torch.Tensor, torch.Tensor] | None = None  # the int8 decoder's last logits, their argmax
+        self._held_cache: tuple[torch.Tensor, torch.ScriptObject] | None = None  # a first buffer, the decoder's cache
 
     @property
     def length(self) -> int:
@@ -172,6 +173,8 @@ class LlamaStep:
             self._rotary = RotaryTable(self.model.model.rotary_emb, dtype, ids.device)
         positions, cos, sin = self._rotary.lookup(positions, self.cache.capacity)
         keys, values = self.cache.all_buffers(self.kv_heads, self.head_dim, dtype, ids.device)
+        if self._held_cache is None or self._held_cache[0] is not keys[0]:  # made, or grown into new buffers
+            self._held_cache = keys[0], decoder.hold_cache(keys, values)
         chunk = q if mask is not None else PROMPT_CHUNK
         logits, choices = [], []
         with _profiler_label(COMPILED_LAYERS):
@@ -184,8 +187,7 @@ class LlamaStep:
                     positions[start:end],
                     cos,
                     sin,
-                    keys,
-                    values,
+                    self._held_cache[1],
                     self.cache.length + start,
                     mask,
                     kept,

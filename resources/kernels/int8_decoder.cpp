@@ -180,6 +180,30 @@ struct Int8Model : torch::CustomClassHolder {
   }
 };
 
+// A KV cache as int8_decoder reads it, checked once when made (a list of each layer's tensors, again, costs the
+// dispatcher on every call): each layer's keys and values [capacity, kv_heads, head_dim], contiguous, all of one
+// dtype (bf16 or fp32). It holds the tensors themselves: a cache that grows into new ones needs a new object.
+struct Int8Cache : torch::CustomClassHolder {
+  std::vector<at::Tensor> keys, values;
+  std::vector<void*> key_data, value_data;
+  int64_t capacity, kv_heads, head_dim;
+  at::ScalarType dtype;
+
+  Int8Cache(std::vector<at::Tensor> keys_, std::vector<at::Tensor> values_) : keys(std::move(keys_)), values(std::move(values_)) {
+    TORCH_CHECK(!keys.empty() && values.size() == keys.size(), "Int8Cache: a key and a value cache per layer");
+    const at::Tensor& first = keys[0];
+    TORCH_CHECK(first.dim() == 3 && (first.scalar_type() == at::kFloat || first.scalar_type() == at::kBFloat16),
+                "Int8Cache: caches [capacity, kv_heads, head_dim] of fp32 or bf16");
+    capacity = first.size(0), kv_heads = first.size(1), head_dim = first.size(2), dtype = first.scalar_type();
+    for (size_t l = 0; l < keys.size(); ++l) {
+      TORCH_CHECK(keys[l].is_contiguous() && values[l].is_contiguous() && keys[l].sizes() == first.sizes() &&
+                      values[l].sizes() == first.sizes() && keys[l].scalar_type() == dtype && values[l].scalar_type() == dtype,
+                  "Int8Cache: caches [capacity, kv_heads, head_dim], contiguous, of one shape and dtype");
+      key_data.push_back(keys[l].data_ptr()), value_data.push_back(values[l].data_ptr());
+    }
+  }
+};
+
 namespace {
 
 // The step's tokens' embeddings, widened to fp32: the residual stream's start [q, H].
@@ -200,7 +224,7 @@ at::Tensor embed(const at::Tensor& ids, const at::Tensor& embeddings) {
 
 template <typename T>
 void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos,
-            const at::Tensor& sin, at::TensorList keys, at::TensorList values, int64_t past, const float* mask,
+            const at::Tensor& sin, const Int8Cache& cache, int64_t past, const float* mask,
             const at::Tensor& rows, at::Tensor& logits, at::Tensor& choices) {
   const std::vector<const float*>& biases = model.bias_pointers;
   const at::Tensor& embeddings = model.embeddings;
@@ -228,8 +252,6 @@ void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& pos
   const AttentionShape shape{q, past, heads, kv_heads, d, qkvp, Nqkv, mask, 1.0f / std::sqrt(static_cast<float>(d)),
                              scores.data_ptr<float>(), denominators.data_ptr<float>(), attention.data_ptr<float>()};
   const int64_t blocks = (length + kKeyBlock - 1) / kKeyBlock;
-  std::vector<T*> key_caches, value_caches;
-  for (int64_t l = 0; l < layers; ++l) key_caches.push_back(keys[l].data_ptr<T>()), value_caches.push_back(values[l].data_ptr<T>());
   with_chunks(d, [&](auto chunks) {
     constexpr int C = decltype(chunks)::value;
 #pragma omp parallel num_threads(threads)
@@ -242,8 +264,8 @@ void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& pos
         const void* const* w = &model.data[l * kLayerTensors];
         auto floats = [w](int i) { return static_cast<const float*>(w[i]); };
         const int64_t b = l * kLayerBiases;
-        T* key_cache = key_caches[l];
-        T* value_cache = value_caches[l];
+        T* key_cache = static_cast<T*>(cache.key_data[l]);
+        T* value_cache = static_cast<T*>(cache.value_data[l]);
         // q, k and v in equal shares of channels, then rotated and cached by whole heads (an odd number of heads
         // in whole heads left one thread waiting for the other)
         for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, floats(0), H, eps, np + m * H);
@@ -315,17 +337,17 @@ void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& pos
 }
 
 // model: the Int8Model; ids [q]: the step's tokens; positions [q]: each token's row of cos and sin [P, d] (fp32),
-// the rotary tables; keys and values: each layer's cache [capacity, kv_heads, d] (bf16 or fp32), entries
+// the rotary tables; cache: the Int8Cache, entries
 // [0, past) filled, this step's written at [past, past + q); mask [q, past + q] additive, or none for causal
 // attention; rows [r]: the rows whose logits are returned. Returns the logits [r, vocabulary] in fp32 and each
 // of their rows' first maximum (int64 [r]).
 std::tuple<at::Tensor, at::Tensor> int8_decoder(const c10::intrusive_ptr<Int8Model>& model, const at::Tensor& ids,
                                                 const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& sin,
-                                                at::TensorList keys, at::TensorList values, int64_t past,
+                                                const c10::intrusive_ptr<Int8Cache>& cache, int64_t past,
                                                 const std::optional<at::Tensor>& mask, const at::Tensor& rows) {
   const int64_t layers = model->layers, kv_heads = model->kv_heads, d = model->head_dim;
-  TORCH_CHECK(static_cast<int64_t>(keys.size()) == layers && values.size() == keys.size(),
-              "int8_decoder: a key and a value cache per layer");
+  TORCH_CHECK(static_cast<int64_t>(cache->keys.size()) == layers && cache->kv_heads == kv_heads && cache->head_dim == d,
+              "int8_decoder: a cache of the model's layers, kv heads and head_dim");
   TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == at::kLong && ids.is_contiguous(), "int8_decoder: ids [q], int64");
   const int64_t q = ids.size(0);
   const int64_t* id = ids.data_ptr<int64_t>();
@@ -339,11 +361,7 @@ std::tuple<at::Tensor, at::Tensor> int8_decoder(const c10::intrusive_ptr<Int8Mod
   const int64_t* position = positions.data_ptr<int64_t>();
   TORCH_CHECK(std::all_of(position, position + q, [&](int64_t p) { return p >= 0 && p < cos.size(0); }),
               "int8_decoder: positions within the rotary tables");
-  for (int64_t l = 0; l < layers; ++l)
-    TORCH_CHECK(keys[l].is_contiguous() && values[l].is_contiguous() && keys[l].size(0) >= past + q &&
-                    keys[l].size(1) == kv_heads && keys[l].size(2) == d && keys[l].scalar_type() == keys[0].scalar_type() &&
-                    values[l].sizes() == keys[l].sizes() && values[l].scalar_type() == keys[0].scalar_type(),
-                "int8_decoder: caches [capacity >= past + q, kv_heads, head_dim], contiguous, of one dtype");
+  TORCH_CHECK(past >= 0 && cache->capacity >= past + q, "int8_decoder: a cache of room for past + q entries");
   at::Tensor m;
   if (mask.has_value() && mask->defined()) {
     m = mask->to(at::kFloat).contiguous();
@@ -356,9 +374,9 @@ std::tuple<at::Tensor, at::Tensor> int8_decoder(const c10::intrusive_ptr<Int8Mod
   at::Tensor logits = at::empty({r.size(0), model->weights[layers * kLayerTensors + 2].numel()}, cos.options());
   at::Tensor choices = at::empty({r.size(0)}, ids.options());
   const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
-  switch (keys[0].scalar_type()) {
-    case at::kFloat: decode<float>(*model, ids, positions, cos, sin, keys, values, past, mp, r, logits, choices); break;
-    case at::kBFloat16: decode<c10::BFloat16>(*model, ids, positions, cos, sin, keys, values, past, mp, r, logits, choices); break;
+  switch (cache->dtype) {
+    case at::kFloat: decode<float>(*model, ids, positions, cos, sin, *cache, past, mp, r, logits, choices); break;
+    case at::kBFloat16: decode<c10::BFloat16>(*model, ids, positions, cos, sin, *cache, past, mp, r, logits, choices); break;
     default: TORCH_CHECK(false, "int8_decoder: a cache of fp32 or bf16");
   }
   return {logits, choices};
@@ -384,9 +402,10 @@ at::Tensor int8_pack(const at::Tensor& weight) {
 TORCH_LIBRARY(lookahead, m) {
   m.class_<lookahead::Int8Model>("Int8Model")
       .def(torch::init<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>, int64_t, int64_t, double, double>());
+  m.class_<lookahead::Int8Cache>("Int8Cache").def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>>());
   m.def(
       "int8_decoder(__torch__.torch.classes.lookahead.Int8Model model, Tensor ids, Tensor positions, Tensor cos, "
-      "Tensor sin, Tensor[] keys, Tensor[] values, int past, Tensor? mask, Tensor rows) -> (Tensor, Tensor)");
+      "Tensor sin, __torch__.torch.classes.lookahead.Int8Cache cache, int past, Tensor? mask, Tensor rows) -> (Tensor, Tensor)");
   // the levels int8_decoder rounds a row of this many inputs to: 127 x 128 where it multiplies two bytes
   m.def("int8_levels(int inputs) -> int", [](int64_t inputs) { return lookahead::activation_levels(inputs); });
   // whether int8_decoder reads its weights as int8_pack makes them (AVX-512 VNNI)

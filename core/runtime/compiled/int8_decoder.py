@@ -113,14 +113,19 @@ class Int8Decoder:
         in Python, 12 ms)."""
         return _source(model) == self.source
 
+    @staticmethod
+    def hold_cache(keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.ScriptObject:
+        """Each layer's cache ``[capacity, kv_heads, head_dim]`` (bf16 or fp32) as the kernel takes it: an
+        ``Int8Cache`` object, checked once, that holds these tensors (a cache grown into new ones needs a new one)."""
+        return torch.classes.lookahead.Int8Cache(keys, values)
+
     def __call__(
         self,
         ids: torch.Tensor,
         positions: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        keys: list[torch.Tensor],
-        values: list[torch.Tensor],
+        cache: torch.ScriptObject,
         past: int,
         mask: torch.Tensor | None,
         rows: torch.Tensor,
@@ -128,10 +133,10 @@ class Int8Decoder:
         """The fp32 logits ``[len(rows), vocabulary]`` of a step of ``q`` tokens, and each row's first maximum
         (int64, torch.max's choice, found as the head's products end): ``ids`` ``[q]``, each token's row
         ``positions`` ``[q]`` of the rotary tables ``cos`` and ``sin`` ``[P, head_dim]`` (fp32,
-        :class:`~core.runtime.rotary.RotaryTable`); each layer's cache ``[capacity, kv_heads, head_dim]`` with
-        ``past`` entries, this step's written after them; ``mask`` ``[q, past + q]`` additive, or ``None``
-        (causal). The kernel looks up the tokens' embeddings itself."""
-        return torch.ops.lookahead.int8_decoder(self.tensors, ids, positions, cos, sin, keys, values, past, mask, rows)
+        :class:`~core.runtime.rotary.RotaryTable`); the :meth:`hold_cache` of the caches, with ``past``
+        entries, this step's written after them; ``mask`` ``[q, past + q]`` additive, or ``None`` (causal).
+        The kernel looks up the tokens' embeddings itself."""
+        return torch.ops.lookahead.int8_decoder(self.tensors, ids, positions, cos, sin, cache, past, mask, rows)
 
 
 def _source(model: Any) -> tuple[int, ...]:

@@ -205,6 +205,26 @@ def test_the_cache_grows_under_the_compiled_step(compiled_fp32) -> None:
     assert out == eager[0][:12] and step.cache.capacity >= len(prompt) + 11
 
 
+@pytest.mark.skipif(not kernels.supported(), reason="the int8 decoder needs our kernels (x86-64 with AVX2)")
+def test_the_cache_grows_under_the_int8_decoder() -> None:
+    """The decoder holds the cache's buffers (checked once): when they double, it must take the new ones."""
+    from core.runtime.weights.quantized import quantize_model
+
+    model = make_model(tiny_llama_config(96), seed=5)
+    quantize_model(model, 8)
+    prepared = compiled(model)
+    assert prepared.compiled is not None and prepared.compiled.decoder is not None
+    expected = Decoding(prepared, _prompt(5), max_new_tokens=12)
+    list(expected)
+    step = prepared.step(4, lookahead=False)
+    prompt = _prompt(5)
+    with torch.inference_mode():
+        out = step.greedy(step.forward(torch.tensor(prompt), torch.arange(len(prompt)), 1))
+        for i in range(11):
+            out += step.greedy(step.forward(torch.tensor(out[-1:]), torch.tensor([len(prompt) + i]), 1))
+    assert out == expected.tokens and step.cache.capacity >= 2 * len(prompt)
+
+
 def test_bf16_compiled_step_runs_on_the_rows_copy_and_agrees_with_eager() -> None:
     model = make_model(tiny_llama_config(96, hidden_size=96, num_attention_heads=6, num_key_value_heads=3), seed=4)
     model = model.to(torch.bfloat16)

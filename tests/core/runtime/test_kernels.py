@@ -84,7 +84,8 @@ class Step:
         hidden = self.model.model.embed_tokens(ids[None])
         cos, sin = (table[0].float().contiguous() for table in self.model.model.rotary_emb(hidden, positions[None]))
         rows = torch.arange(len(ids)) if rows is None else rows
-        logits, choices = self.decoder(ids, torch.arange(len(ids)), cos, sin, self.keys, self.values, past, mask, rows)
+        cache = self.decoder.hold_cache(self.keys, self.values)
+        logits, choices = self.decoder(ids, torch.arange(len(ids)), cos, sin, cache, past, mask, rows)
         assert torch.equal(choices, logits.argmax(-1))  # each row's first maximum, found as the head ended
         return logits
 
@@ -183,11 +184,17 @@ def test_bad_inputs_are_clear_errors() -> None:
         step(ids, torch.arange(3), 0, torch.zeros(3, 4))
     with pytest.raises(RuntimeError, match="rows within the step"):
         step(ids, torch.arange(3), 0, rows=torch.tensor([3]))
-    with pytest.raises(RuntimeError, match="capacity >= past"):
+    with pytest.raises(RuntimeError, match="room for past \\+ q entries"):
         step(ids, torch.arange(3), 126)
     tables = torch.zeros(3, step.decoder.head_dim), torch.zeros(3, step.decoder.head_dim)
-    caches, one = (step.keys, step.values), torch.arange(1)
+    cache, one = step.decoder.hold_cache(step.keys, step.values), torch.arange(1)
     with pytest.raises(RuntimeError, match="token ids within the embedding table"):
-        step.decoder(torch.tensor([model.config.vocab_size]), one, *tables, *caches, 0, None, one)
+        step.decoder(torch.tensor([model.config.vocab_size]), one, *tables, cache, 0, None, one)
     with pytest.raises(RuntimeError, match="positions within the rotary tables"):
-        step.decoder(torch.tensor([5]), torch.tensor([3]), *tables, *caches, 0, None, one)
+        step.decoder(torch.tensor([5]), torch.tensor([3]), *tables, cache, 0, None, one)
+    with pytest.raises(RuntimeError, match="of one shape and dtype"):
+        step.decoder.hold_cache(step.keys, [v.bfloat16() for v in step.values])
+    with pytest.raises(RuntimeError, match="a cache of the model's layers"):
+        step.decoder(
+            torch.tensor([5]), one, *tables, step.decoder.hold_cache(step.keys[:1], step.values[:1]), 0, None, one
+        )
