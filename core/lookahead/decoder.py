@@ -276,6 +276,9 @@ class Decoding:
             choice = self._model_step.greedy(logits)[-1]
             if choice not in self._seen:
                 return choice
+            ranked = self.policy.ranked_choice(*self._model_step.ranking(logits, -1), self._seen)
+            if ranked is not None:
+                return ranked
         return self.policy.choose(self._prefix(()), logits[-1])
 
     def _prefix(self, extra: Sequence[int]) -> torch.Tensor:
@@ -315,8 +318,9 @@ class Decoding:
             logits = self._forward(ids, positions, shape.keep_rows, mask)
         finally:
             mask[:, past:].zero_()  # the buffer is all zeros (attend) outside the current step block
-        assert self._model_step is not None
-        predictions = self._model_step.greedy(logits)
+        step = self._model_step
+        assert step is not None
+        predictions = step.greedy(logits)
 
         def row(c: int, m: int) -> int:
             """The kept logits row after candidate c's tokens 0..m."""
@@ -332,9 +336,12 @@ class Decoding:
                 return policy.scores(self._prefix(candidates[c][:tokens] if c >= 0 else ()), logits[index])
 
             def known_choice(c: int, depth: int, tokens: int) -> int | None:
-                choice = predictions[0 if c < 0 else row(c, depth)]
-                unseen = choice not in self._seen and (c < 0 or choice not in candidates[c][:tokens])
-                return choice if unseen else None
+                index = 0 if c < 0 else row(c, depth)
+                guessed = candidates[c][:tokens] if c >= 0 else ()
+                choice = predictions[index]
+                if choice not in self._seen and choice not in guessed:
+                    return choice
+                return policy.ranked_choice(*step.ranking(logits, index), _Text(self._seen, guessed))
 
             known = known_choice if policy.keeps_unseen_argmax else None
             best, accepted, emitted = verify_with_policy(candidates, row_scores, policy, self.device, known)
@@ -390,6 +397,17 @@ class Decoding:
         tail = before[len(before) - (n - 1) :] + emitted
         for i in range(len(tail) - n + 1):
             self.pool.add(tail[i : i + n])
+
+
+@dataclass(frozen=True)
+class _Text:
+    """The tokens of the text so far and of a guess after it, without copying the text's set."""
+
+    seen: set[int]
+    guessed: Sequence[int]
+
+    def __contains__(self, token: object) -> bool:
+        return token in self.seen or token in self.guessed
 
 
 def _tree_size(candidates: Sequence[tuple[int, ...]]) -> int:

@@ -9,7 +9,8 @@ sampled from that residual. This keeps exactly the output distribution of plain 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,10 @@ from transformers.generation.logits_process import (
 
 from core.lookahead.verify import verify_greedy
 from core.runtime.step import argmax
+
+RANKED_MARGIN = 1e-5
+"""Relative difference below which two penalised scores count as close: far more than their rounding
+(computed here in double precision, by the processor in fp32)."""
 
 MIN_TEMPERATURE = 1e-3
 """The lowest sampling temperature: lower ones choose as greedy decoding does (their limit), where dividing
@@ -113,6 +118,7 @@ class TokenPolicy:
             and isinstance(only[0], RepetitionPenaltyLogitsProcessor)
             and float(only[0].penalty) >= 1.0
         )
+        self._penalty = float(only[0].penalty) if self.keeps_unseen_argmax else 1.0
 
     @classmethod
     def from_config(cls, config: SamplingConfig, device: torch.device) -> TokenPolicy:
@@ -141,6 +147,33 @@ class TokenPolicy:
         if self.do_sample:
             return self.sample(self.probabilities(prefix, logits))
         return int(argmax(self.scores(prefix, logits)))
+
+    def ranked_choice(self, values: Sequence[float], indices: Sequence[int], seen: Container[int]) -> int | None:
+        """Greedy under a lone repetition penalty (:attr:`keeps_unseen_argmax`): a logits row's processed choice
+        where its highest raw scores (``values`` at ``indices``, highest first: :meth:`ModelStep.ranking`) decide
+        it, without processing the row; ``None`` where they do not. The penalty lowers only the tokens in the
+        text (``seen``), each keeping its order among them: so the choice is the first token of the ranking not
+        in the text, or the highest one in it above that, whichever scores more once penalised. Anything close
+        (within :data:`RANKED_MARGIN` of each other), a tie, a NaN, or a ranking all in the text is left to the
+        processing."""
+        if any(math.isnan(v) for v in values):
+            return None
+        first = next((j for j, token in enumerate(indices) if token not in seen), None)
+        if first is None or first == len(values) - 1 or values.count(values[first]) > 1:
+            return None  # unranked tokens may tie with it, or tied tokens choose by index: processing decides
+        if first == 0:
+            return indices[0]
+        top, runner_up = (self._penalised(v) for v in values[:2])
+        free = values[first]
+        margin = RANKED_MARGIN * max(abs(top), abs(free))
+        if top < free - margin:
+            return indices[first]
+        if top > free + margin and (first == 1 or runner_up < top - margin):
+            return indices[0]
+        return None
+
+    def _penalised(self, score: float) -> float:
+        return score * self._penalty if score < 0 else score / self._penalty
 
     def sample(self, probs: torch.Tensor) -> int:
         return int(torch.multinomial(probs, 1, generator=self.generator))

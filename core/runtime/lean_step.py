@@ -26,7 +26,7 @@ from core.runtime.compiled.rows_layer import MAX_ROWS
 from core.runtime.compiled.step import MIN_CACHED, CompiledInputs
 from core.runtime.kv_cache import StaticKVCache
 from core.runtime.rotary import RotaryTable
-from core.runtime.step import argmax, causal_mask
+from core.runtime.step import argmax, causal_mask, ranked
 
 COMPILED_LAYERS = "compiled layers"
 """What torch's profiler calls the compiled layers of a step (it does not see into their code)."""
@@ -62,7 +62,8 @@ class LlamaStep:
         self.cache = StaticKVCache(len(self.layers), capacity)
         self._compiled = compiled
         self._rotary: RotaryTable | None = None  # made on the int8 decoder's first step
-        self._choices: tuple[torch.Tensor, torch.Tensor] | None = None  # the int8 decoder's last logits, their argmax
+        # the int8 decoder's last logits, and their rows' rankings: indices, values
+        self._ranked: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._held_cache: tuple[torch.Tensor, torch.ScriptObject] | None = None  # a first buffer, the decoder's cache
 
     @property
@@ -176,13 +177,13 @@ class LlamaStep:
         if self._held_cache is None or self._held_cache[0] is not keys[0]:  # made, or grown into new buffers
             self._held_cache = keys[0], decoder.hold_cache(keys, values)
         chunk = q if mask is not None else PROMPT_CHUNK
-        logits, choices = [], []
+        logits, indices, values = [], [], []
         with _profiler_label(COMPILED_LAYERS):
             for start in range(0, q, chunk):
                 end = min(q, start + chunk)
                 # a boolean index is a few tensor operations a step: only a prompt in chunks needs one
                 kept = rows if end - start == q else rows[(rows >= start) & (rows < end)] - start
-                rows_logits, rows_choices = decoder(
+                rows_logits, rows_indices, rows_values = decoder(
                     ids[start:end],
                     positions[start:end],
                     cos,
@@ -193,17 +194,23 @@ class LlamaStep:
                     kept,
                 )
                 logits.append(rows_logits)
-                choices.append(rows_choices)
+                indices.append(rows_indices)
+                values.append(rows_values)
         self.cache.advance(q)
         if len(logits) > 1:
-            logits, choices = [torch.cat(logits)], [torch.cat(choices)]
-        self._choices = logits[0], choices[0]
+            logits, indices, values = [torch.cat(logits)], [torch.cat(indices)], [torch.cat(values)]
+        self._ranked = logits[0], indices[0], values[0]
         return logits[0]
 
     def greedy(self, logits: torch.Tensor) -> list[int]:
-        if self._choices is not None and self._choices[0] is logits:
-            return self._choices[1].tolist()
+        if self._ranked is not None and self._ranked[0] is logits:
+            return [ranks[0] for ranks in self._ranked[1].tolist()]
         return argmax(logits).tolist()
+
+    def ranking(self, logits: torch.Tensor, row: int) -> tuple[list[float], list[int]]:
+        if self._ranked is not None and self._ranked[0] is logits:
+            return self._ranked[2][row].tolist(), self._ranked[1][row].tolist()
+        return ranked(logits[row])
 
     def _attention(
         self,

@@ -22,6 +22,16 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     return logits.max(-1).indices
 
 
+RANKED = 16
+"""The highest logits of a row :meth:`ModelStep.ranking` gives (the int8 decoder's ``kRanked``)."""
+
+
+def ranked(row: torch.Tensor) -> tuple[list[float], list[int]]:
+    """The :data:`RANKED` highest values of a logits row and their indices, highest first (``torch.topk``)."""
+    values, indices = torch.topk(row.float(), min(RANKED, row.shape[-1]))
+    return values.tolist(), indices.tolist()
+
+
 class ModelStep(Protocol):
     """A model with its KV cache, fed one step at a time (batch size 1)."""
 
@@ -44,6 +54,11 @@ class ModelStep(Protocol):
     def greedy(self, logits: torch.Tensor) -> list[int]:
         """Each row's first maximum of ``logits``, the last :meth:`forward`'s (where the step found them as it
         computed the logits, without another tensor operation)."""
+        ...
+
+    def ranking(self, logits: torch.Tensor, row: int) -> tuple[list[float], list[int]]:
+        """A row's :data:`RANKED` highest logits and their indices, highest first (NaN first, equal values by
+        index where the step found them as it computed the logits; else ``torch.topk``'s order)."""
         ...
 
     def keep(self, past: int, step_size: int, sources: list[int]) -> None:
@@ -80,6 +95,9 @@ class TransformersStep:
 
     def greedy(self, logits: torch.Tensor) -> list[int]:
         return argmax(logits).tolist()
+
+    def ranking(self, logits: torch.Tensor, row: int) -> tuple[list[float], list[int]]:
+        return ranked(logits[row])
 
     def keep(self, past: int, step_size: int, sources: list[int]) -> None:
         accepted = len(sources)

@@ -96,23 +96,58 @@ std::pair<int64_t, int64_t> channel_share(int64_t n, int thread, int threads) {
   return {std::min(n, b0 * kChannelBlock), std::min(n, b1 * kChannelBlock)};
 }
 
-// The first index of the largest of v[0, n) (of the first NaN where there is one: torch.max's choice), and the value.
-std::pair<int64_t, float> first_max(const float* v, int64_t n) {
-  using FVec = at::vec::Vectorized<float>;
-  FVec tops(-std::numeric_limits<float>::infinity());
+constexpr int kRanked = 16;  // the highest logits of a row returned, in order (what a repetition penalty needs)
+
+// The kRanked highest of a row's logits (fewer where the row is shorter), in torch.topk's order made strict: NaN
+// first, then by value, equal values by index. Its first is torch.max's choice.
+struct Ranking {
+  float value[kRanked];
+  int64_t index[kRanked];
+  int size = 0;
+
+  static bool before(float a, int64_t i, float b, int64_t j) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && (!std::isnan(b) || i < j);
+    return a > b || (a == b && i < j);
+  }
+  // Whether (v, i) would enter, i above every index ranked so far (a scan in index order).
+  bool enters(float v) const { return size < kRanked || std::isnan(v) || v > value[kRanked - 1]; }
+  void insert(float v, int64_t i) {
+    int at = size < kRanked ? size++ : kRanked - 1;
+    for (; at > 0 && before(v, i, value[at - 1], index[at - 1]); --at) value[at] = value[at - 1], index[at] = index[at - 1];
+    value[at] = v, index[at] = i;
+  }
+};
+
+// The ranking of v[0, n), whose indices start at `first`: a vector compare against the lowest ranked value, and a
+// scalar look only at the vectors that hold a value that enters (a handful a row once the ranking fills).
+Ranking rank(const float* v, int64_t n, int64_t first) {
+  Ranking r;
   int64_t j = 0;
-  for (; j + FVec::size() <= n; j += FVec::size()) tops = at::vec::maximum(tops, FVec::loadu(v + j));  // NaN carries
-  auto above = [](float a, float top) { return !std::isnan(top) && (a > top || std::isnan(a)); };
-  alignas(64) float lanes[FVec::size()];
-  tops.store(lanes);
-  float top = -std::numeric_limits<float>::infinity();
-  for (float lane : lanes)
-    if (above(lane, top)) top = lane;
+  for (; j < n && r.size < kRanked; ++j) r.insert(v[j], first + j);
+  for (; j + 8 <= n; j += 8) {
+    const __m256 x = _mm256_loadu_ps(v + j);
+    const __m256 hits = _mm256_or_ps(_mm256_cmp_ps(x, _mm256_set1_ps(r.value[kRanked - 1]), _CMP_GT_OQ),
+                                     _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    if (_mm256_movemask_ps(hits))
+      for (int64_t k = j; k < j + 8; ++k)
+        if (r.enters(v[k])) r.insert(v[k], first + k);
+  }
   for (; j < n; ++j)
-    if (above(v[j], top)) top = v[j];
-  for (j = 0; j < n; ++j)
-    if (std::isnan(top) ? std::isnan(v[j]) : v[j] == top) return {j, v[j]};
-  return {0, top};  // n == 0 only
+    if (r.enters(v[j])) r.insert(v[j], first + j);
+  return r;
+}
+
+// Two rankings of disjoint indices as one.
+Ranking merge(const Ranking& a, const Ranking& b) {
+  Ranking r;
+  int i = 0, k = 0;
+  while (r.size < kRanked && (i < a.size || k < b.size)) {
+    const bool take_a = k == b.size || (i < a.size && Ranking::before(a.value[i], a.index[i], b.value[k], b.index[k]));
+    const float v = take_a ? a.value[i] : b.value[k];
+    const int64_t index = take_a ? a.index[i++] : b.index[k++];
+    r.value[r.size] = v, r.index[r.size++] = index;
+  }
+  return r;
 }
 
 template <typename T>
@@ -225,7 +260,7 @@ at::Tensor embed(const at::Tensor& ids, const at::Tensor& embeddings) {
 template <typename T>
 void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos,
             const at::Tensor& sin, const Int8Cache& cache, int64_t past, const float* mask,
-            const at::Tensor& rows, at::Tensor& logits, at::Tensor& choices) {
+            const at::Tensor& rows, at::Tensor& logits, at::Tensor& top_indices, at::Tensor& top_values) {
   const std::vector<const float*>& biases = model.bias_pointers;
   const at::Tensor& embeddings = model.embeddings;
   const int64_t layers = model.layers, heads = model.heads, kv_heads = model.kv_heads;
@@ -247,8 +282,7 @@ void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& pos
   const float *cosp = cos.data_ptr<float>(), *sinp = sin.data_ptr<float>();
   const int64_t* position = positions.data_ptr<int64_t>();
   const int64_t* kept_rows = rows.data_ptr<int64_t>();
-  // each thread's first maximum of each kept row (index -1: a thread without channels of the head)
-  std::vector<std::pair<int64_t, float>> bests(threads * kept, {-1, -std::numeric_limits<float>::infinity()});
+  std::vector<Ranking> rankings(threads * kept);  // each thread's share of each kept row (empty: no channels of the head)
   const AttentionShape shape{q, past, heads, kv_heads, d, qkvp, Nqkv, mask, 1.0f / std::sqrt(static_cast<float>(d)),
                              scores.data_ptr<float>(), denominators.data_ptr<float>(), attention.data_ptr<float>()};
   const int64_t blocks = (length + kKeyBlock - 1) / kKeyBlock;
@@ -317,31 +351,25 @@ void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& pos
       in.round(np, kept, H, H);
       auto [v0, v1] = channel_share(V, t, team);
       product(in, head[1], static_cast<const float*>(head[2]), v0, v1, Output{out, V, biases[layers * kLayerBiases], false});
-      for (int64_t r = 0; r < kept && v1 > v0; ++r) {
-        const auto [index, value] = first_max(out + r * V + v0, v1 - v0);
-        bests[t * kept + r] = {v0 + index, value};
-      }
+      for (int64_t r = 0; r < kept; ++r) rankings[t * kept + r] = rank(out + r * V + v0, v1 - v0, v0);
     }
   });
-  // each row's choice: the threads' shares in channel order, the earlier on a tie (or NaN)
-  int64_t* choice = choices.data_ptr<int64_t>();
+  // each row's ranking: the threads' shares merged
+  int64_t* ranked = top_indices.data_ptr<int64_t>();
+  float* ranked_values = top_values.data_ptr<float>();
   for (int64_t r = 0; r < kept; ++r) {
-    std::pair<int64_t, float> best{-1, 0.0f};
-    for (int t = 0; t < threads; ++t) {
-      const std::pair<int64_t, float>& other = bests[t * kept + r];
-      const bool above = !std::isnan(best.second) && (other.second > best.second || std::isnan(other.second));
-      if (other.first >= 0 && (best.first < 0 || above)) best = other;
-    }
-    choice[r] = std::max<int64_t>(best.first, 0);
+    Ranking row = rankings[r];
+    for (int t = 1; t < threads; ++t) row = merge(row, rankings[t * kept + r]);
+    for (int k = 0; k < row.size; ++k) ranked[r * row.size + k] = row.index[k], ranked_values[r * row.size + k] = row.value[k];
   }
 }
 
 // model: the Int8Model; ids [q]: the step's tokens; positions [q]: each token's row of cos and sin [P, d] (fp32),
 // the rotary tables; cache: the Int8Cache, entries
 // [0, past) filled, this step's written at [past, past + q); mask [q, past + q] additive, or none for causal
-// attention; rows [r]: the rows whose logits are returned. Returns the logits [r, vocabulary] in fp32 and each
-// of their rows' first maximum (int64 [r]).
-std::tuple<at::Tensor, at::Tensor> int8_decoder(const c10::intrusive_ptr<Int8Model>& model, const at::Tensor& ids,
+// attention; rows [r]: the rows whose logits are returned. Returns the logits [r, vocabulary] in fp32, and each
+// row's ranking (Ranking): the indices (int64) and the values of its kRanked highest logits [r, kRanked].
+std::tuple<at::Tensor, at::Tensor, at::Tensor> int8_decoder(const c10::intrusive_ptr<Int8Model>& model, const at::Tensor& ids,
                                                 const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& sin,
                                                 const c10::intrusive_ptr<Int8Cache>& cache, int64_t past,
                                                 const std::optional<at::Tensor>& mask, const at::Tensor& rows) {
@@ -372,14 +400,15 @@ std::tuple<at::Tensor, at::Tensor> int8_decoder(const c10::intrusive_ptr<Int8Mod
   const int64_t* kept = r.data_ptr<int64_t>();
   TORCH_CHECK(std::all_of(kept, kept + r.size(0), [&](int64_t k) { return k >= 0 && k < q; }), "int8_decoder: rows within the step");
   at::Tensor logits = at::empty({r.size(0), model->weights[layers * kLayerTensors + 2].numel()}, cos.options());
-  at::Tensor choices = at::empty({r.size(0)}, ids.options());
+  const int64_t ranked = std::min<int64_t>(kRanked, logits.size(1));
+  at::Tensor top_indices = at::empty({r.size(0), ranked}, ids.options()), top_values = at::empty({r.size(0), ranked}, cos.options());
   const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
   switch (cache->dtype) {
-    case at::kFloat: decode<float>(*model, ids, positions, cos, sin, *cache, past, mp, r, logits, choices); break;
-    case at::kBFloat16: decode<c10::BFloat16>(*model, ids, positions, cos, sin, *cache, past, mp, r, logits, choices); break;
+    case at::kFloat: decode<float>(*model, ids, positions, cos, sin, *cache, past, mp, r, logits, top_indices, top_values); break;
+    case at::kBFloat16: decode<c10::BFloat16>(*model, ids, positions, cos, sin, *cache, past, mp, r, logits, top_indices, top_values); break;
     default: TORCH_CHECK(false, "int8_decoder: a cache of fp32 or bf16");
   }
-  return {logits, choices};
+  return {logits, top_indices, top_values};
 }
 
 // A weight [N, K] as the products read it (pack_weights); only where they read packed weights.
@@ -405,7 +434,7 @@ TORCH_LIBRARY(lookahead, m) {
   m.class_<lookahead::Int8Cache>("Int8Cache").def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>>());
   m.def(
       "int8_decoder(__torch__.torch.classes.lookahead.Int8Model model, Tensor ids, Tensor positions, Tensor cos, "
-      "Tensor sin, __torch__.torch.classes.lookahead.Int8Cache cache, int past, Tensor? mask, Tensor rows) -> (Tensor, Tensor)");
+      "Tensor sin, __torch__.torch.classes.lookahead.Int8Cache cache, int past, Tensor? mask, Tensor rows) -> (Tensor, Tensor, Tensor)");
   // the levels int8_decoder rounds a row of this many inputs to: 127 x 128 where it multiplies two bytes
   m.def("int8_levels(int inputs) -> int", [](int64_t inputs) { return lookahead::activation_levels(inputs); });
   // whether int8_decoder reads its weights as int8_pack makes them (AVX-512 VNNI)

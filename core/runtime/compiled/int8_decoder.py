@@ -129,9 +129,10 @@ class Int8Decoder:
         past: int,
         mask: torch.Tensor | None,
         rows: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The fp32 logits ``[len(rows), vocabulary]`` of a step of ``q`` tokens, and each row's first maximum
-        (int64, torch.max's choice, found as the head's products end): ``ids`` ``[q]``, each token's row
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The fp32 logits ``[len(rows), vocabulary]`` of a step of ``q`` tokens, and each row's ranking, found as
+        the head's products end: the indices (int64) and values of its :data:`~core.runtime.step.RANKED` highest
+        logits, NaN first, equal values by index (the first is torch.max's choice): ``ids`` ``[q]``, each token's row
         ``positions`` ``[q]`` of the rotary tables ``cos`` and ``sin`` ``[P, head_dim]`` (fp32,
         :class:`~core.runtime.rotary.RotaryTable`); the :meth:`hold_cache` of the caches, with ``past``
         entries, this step's written after them; ``mask`` ``[q, past + q]`` additive, or ``None`` (causal).

@@ -133,11 +133,12 @@ def test_default_model_real_prompts_match_generate(default_loaded) -> None:
         assert decoding.stats.tokens_per_step > 1.2
 
 
-def test_default_model_with_the_penalty_processes_only_rows_whose_raw_choice_is_in_the_text(
+def test_default_model_with_the_penalty_processes_only_rows_whose_choice_the_raw_scores_leave_open(
     default_loaded, monkeypatch
 ) -> None:
     """The chat default (greedy, repetition penalty 1.1) on real text: generate's answer token for token, while
-    most choices skip the processing (their raw argmax is a token not yet in the text)."""
+    most choices skip the processing (their raw argmax is a token not yet in the text), and most of the rest
+    are decided by the row's raw ranking (TokenPolicy.ranked_choice)."""
     from core.chat.prompt import Message, encode_messages
     from core.lookahead import SamplingConfig, TokenPolicy
 
@@ -147,18 +148,26 @@ def test_default_model_with_the_penalty_processes_only_rows_whose_raw_choice_is_
     reference = generated[0, len(ids) :].tolist()
     policy = TokenPolicy(SamplingConfig(repetition_penalty=1.1).processors(), do_sample=False)
     processed: list[int] = []
-    scores = TokenPolicy.scores
+    ranked: list[int | None] = []
+    scores, ranked_choice = TokenPolicy.scores, TokenPolicy.ranked_choice
     monkeypatch.setattr(
         TokenPolicy, "scores", lambda self, prefix, logits: processed.append(1) or scores(self, prefix, logits)
     )
+    monkeypatch.setattr(
+        TokenPolicy,
+        "ranked_choice",
+        lambda self, values, indices, seen: ranked.append(ranked_choice(self, values, indices, seen)) or ranked[-1],
+    )
     for config in (None, LookaheadConfig(0, 3, 1, cut_to_match=True)):
-        processed.clear()
+        processed.clear(), ranked.clear()
         decoding = Decoding(
             model, ids, lookahead=config, max_new_tokens=64, eos_token_ids=[tok.eos_token_id], policy=policy
         )
         list(decoding)
         assert decoding.tokens == reference, config
-        assert 0 < len(processed) < len(reference) * 3 // 4, (config, len(processed), len(reference))
+        decided = sum(choice is not None for choice in ranked)
+        assert len(ranked) < len(reference) * 3 // 4 and decided > len(ranked) // 2, (config, len(ranked), decided)
+        assert len(processed) == len(ranked) - decided
 
 
 def test_custom_generate_entry_point_matches_generate() -> None:

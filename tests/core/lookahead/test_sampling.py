@@ -9,6 +9,7 @@ import torch
 
 import core.lookahead.sampling as sampling
 from core.lookahead import Decoding, LookaheadConfig, SamplingConfig, TokenPolicy, lookahead_generate
+from core.runtime.step import ranked
 from tests.conftest import make_model, tiny_llama_config
 
 VOCAB = 12
@@ -177,6 +178,45 @@ def test_a_penaltys_greedy_choice_is_the_raw_one_where_that_token_is_not_in_the_
         (SamplingConfig(repetition_penalty=1.1, top_k=5), False),
     ):
         assert not TokenPolicy(config.processors(), do_sample=do_sample).keeps_unseen_argmax
+
+
+@pytest.mark.parametrize("kind", ["integers", "floats", "close"])
+def test_a_penaltys_greedy_choice_from_the_raw_ranking_is_the_processed_one(kind: str) -> None:
+    """Where the raw argmax is in the text, the row's highest raw scores mostly decide the processed choice:
+    whatever ranked_choice answers is what processing the row chooses, on integer logits (ties, zeros, NaNs
+    now and then), on floats, and on rows made close (the penalised top a hair from the first free one)."""
+    generator = torch.Generator().manual_seed(len(kind))
+    penalty = 1.1
+    policy = TokenPolicy(SamplingConfig(repetition_penalty=penalty).processors(), do_sample=False)
+    decided = undecided = 0
+    for trial in range(400):
+        if kind == "integers":
+            logits = torch.randint(-30, 31, (60,), generator=generator).float()
+            if trial % 10 == 0:
+                logits[int(torch.randint(0, 60, (1,), generator=generator))] = float("nan")
+        else:
+            logits = torch.randn(60, generator=generator) * 4
+        prefix = torch.randint(0, 60, (1, 30), generator=generator)
+        seen = set(prefix[0].tolist())
+        raw = int(logits.argmax())
+        token = next(t for t in range(60) if t in seen)
+        if kind == "close":  # the raw argmax a token of the text, penalised a hair from the first free one
+            free = next(t for t in range(60) if t not in seen)
+            top = float(logits.abs().max()) + 1
+            logits[token] = top
+            logits[free] = top / penalty * (1 + float(torch.randint(-2, 3, (1,), generator=generator)) * 1e-6)
+        elif raw not in seen:  # the raw argmax a token of the text, 0 to 2 above the rest
+            logits[token] = float(logits.max()) + float(torch.randint(0, 3, (1,), generator=generator))
+        choice = policy.ranked_choice(*ranked(logits), seen)
+        if choice is None:
+            undecided += 1
+        else:
+            decided += 1
+            assert choice == policy.choose(prefix, logits), (trial, logits.tolist(), seen)
+    assert undecided > 300 if kind == "close" else decided > {"integers": 100, "floats": 250}[kind], (
+        decided,
+        undecided,
+    )
 
 
 def test_a_processor_that_needs_more_arguments_goes_through_transformers_list() -> None:

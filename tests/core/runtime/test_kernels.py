@@ -4,6 +4,7 @@ and exactly the same logits for a token whichever tokens share its step."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 
 from core.runtime.compiled import kernels
 from core.runtime.compiled.int8_decoder import Int8Decoder, why_not_int8_decoder
+from core.runtime.step import RANKED
 from core.runtime.weights.fused import fuse_projections, head_weights
 from core.runtime.weights.quantized import Int8WeightLinear, quantize_model
 from tests.conftest import make_model, tiny_llama_config
@@ -85,8 +87,12 @@ class Step:
         cos, sin = (table[0].float().contiguous() for table in self.model.model.rotary_emb(hidden, positions[None]))
         rows = torch.arange(len(ids)) if rows is None else rows
         cache = self.decoder.hold_cache(self.keys, self.values)
-        logits, choices = self.decoder(ids, torch.arange(len(ids)), cos, sin, cache, past, mask, rows)
-        assert torch.equal(choices, logits.argmax(-1))  # each row's first maximum, found as the head ended
+        logits, indices, values = self.decoder(ids, torch.arange(len(ids)), cos, sin, cache, past, mask, rows)
+        for row, ranks, highest in zip(logits.tolist(), indices.tolist(), values.tolist()):  # found as the head ended
+            order = sorted(range(len(row)), key=lambda i: (0, 0.0, i) if math.isnan(row[i]) else (1, -row[i], i))
+            assert ranks == order[: len(ranks)] and len(ranks) == min(RANKED, len(row))
+            assert all(a == row[i] or math.isnan(a) for a, i in zip(highest, ranks))
+        assert torch.equal(indices[:, 0], logits.argmax(-1))  # the first: torch's choice
         return logits
 
 
