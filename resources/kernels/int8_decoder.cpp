@@ -157,8 +157,8 @@ void store(T* cache, const float* from, int64_t d) {
 
 }  // namespace
 
-// An int8 model's tensors as int8_decoder reads them, checked once: a step passes this one object (a list of
-// the model's few hundred tensors costs the dispatcher more than a tenth of a millisecond a call).
+// An int8 model's tensors as int8_decoder reads them, checked once: a step passes this one object (the
+// dispatcher converts every tensor of a list argument on every call, and a model has a few hundred).
 // embeddings [vocabulary, H] (fp32, bf16 or fp16): the model's embedding table. weights: per layer norm1, norm2
 // (fp32), the qkv, o, gate, up and down int8 weights (as int8_pack made them where the products read packed
 // weights), their fp32 scales; then the final norm, the head's weight and scales. biases: per layer qkv, o,

@@ -57,7 +57,7 @@ inline Vec multiply_add(Vec acc, Vec w, Vec x) { return _mm256_add_epi32(acc, _m
 
 
 // The micro-kernels are inlined into the product whatever GCC's budget for the file says: when the file grew,
-// GCC left tile<2> a function called for every output channel, and steps of 2 to 4 rows lost 1-5%.
+// GCC left tile<2> a function called for every output channel, and the steps of 2 to 4 rows slowed down.
 #define LOOKAHEAD_INLINE inline __attribute__((always_inline))
 
 constexpr int kInputRows = 8;

@@ -58,8 +58,8 @@ def why_not_int8_decoder(model: Any) -> str | None:
 @dataclass(frozen=True)
 class Int8Decoder:
     """A model's tensors as ``lookahead::int8_decoder`` takes them (norms and scales in fp32, made once) in
-    the kernel's ``Int8Model`` object, which checks them once: a step passes that one object, since a list of
-    the model's few hundred tensors costs the dispatcher more than a tenth of a millisecond a call. The
+    the kernel's ``Int8Model`` object, which checks them once: a step passes that one object, since the
+    dispatcher converts every tensor of a list argument on every call, and a model has a few hundred. The
     kernels must be loaded (:func:`~core.runtime.compiled.kernels.load`)."""
 
     tensors: torch.ScriptObject  # lookahead's Int8Model
@@ -110,7 +110,7 @@ class Int8Decoder:
     def reads(self, model: Any) -> bool:
         """Whether this decoder still reads ``model``'s tensors: none converted or replaced since. Asked for
         every answer, so it only compares where the tensors lie (the full check walks every layer's projections
-        in Python, 12 ms)."""
+        in Python, which shows in each answer's first token)."""
         return _source(model) == self.source
 
     @staticmethod
