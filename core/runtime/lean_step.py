@@ -62,8 +62,10 @@ class LlamaStep:
         self.cache = StaticKVCache(len(self.layers), capacity)
         self._compiled = compiled
         self._rotary: RotaryTable | None = None  # made on the int8 decoder's first step
-        # the int8 decoder's last logits, and their rows' rankings: indices, values
+        # the int8 decoder's last logits, and their rows' rankings: indices, values (read as lists once asked for)
         self._ranked: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._ranked_indices: list[list[int]] | None = None
+        self._ranked_values: list[list[float]] | None = None
         self._held_cache: tuple[torch.Tensor, torch.ScriptObject] | None = None  # a first buffer, the decoder's cache
 
     @property
@@ -199,17 +201,23 @@ class LlamaStep:
         self.cache.advance(q)
         if len(logits) > 1:
             logits, indices, values = [torch.cat(logits)], [torch.cat(indices)], [torch.cat(values)]
-        self._ranked = logits[0], indices[0], values[0]
+        self._ranked, self._ranked_indices, self._ranked_values = (logits[0], indices[0], values[0]), None, None
         return logits[0]
 
     def greedy(self, logits: torch.Tensor) -> list[int]:
         if self._ranked is not None and self._ranked[0] is logits:
-            return [ranks[0] for ranks in self._ranked[1].tolist()]
+            if self._ranked_indices is None:
+                self._ranked_indices = self._ranked[1].tolist()
+            return [ranks[0] for ranks in self._ranked_indices]
         return argmax(logits).tolist()
 
     def ranking(self, logits: torch.Tensor, row: int) -> tuple[list[float], list[int]]:
         if self._ranked is not None and self._ranked[0] is logits:
-            return self._ranked[2][row].tolist(), self._ranked[1][row].tolist()
+            if self._ranked_indices is None:
+                self._ranked_indices = self._ranked[1].tolist()
+            if self._ranked_values is None:
+                self._ranked_values = self._ranked[2].tolist()
+            return self._ranked_values[row], self._ranked_indices[row]
         return ranked(logits[row])
 
     def _attention(
