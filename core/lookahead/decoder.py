@@ -273,12 +273,10 @@ class Decoding:
         if self.policy is None:
             return self._model_step.greedy(logits)[-1]
         if self.policy.keeps_unseen_argmax:
-            choice = self._model_step.greedy(logits)[-1]
-            if choice not in self._seen:
-                return choice
-            ranked = self.policy.ranked_choice(*self._model_step.ranking(logits, -1), self._seen)
-            if ranked is not None:
-                return ranked
+            step = self._model_step
+            known = self.policy.known_greedy(step.greedy(logits)[-1], lambda: step.ranking(logits, -1), self._seen)
+            if known is not None:
+                return known
         return self.policy.choose(self._prefix(()), logits[-1])
 
     def _prefix(self, extra: Sequence[int]) -> torch.Tensor:
@@ -337,11 +335,8 @@ class Decoding:
 
             def known_choice(c: int, depth: int, tokens: int) -> int | None:
                 index = 0 if c < 0 else row(c, depth)
-                guessed = candidates[c][:tokens] if c >= 0 else ()
-                choice = predictions[index]
-                if choice not in self._seen and choice not in guessed:
-                    return choice
-                return policy.ranked_choice(*step.ranking(logits, index), _Text(self._seen, guessed))
+                text = _Text(self._seen, candidates[c][:tokens] if c >= 0 else ())
+                return policy.known_greedy(predictions[index], lambda: step.ranking(logits, index), text)
 
             known = known_choice if policy.keeps_unseen_argmax else None
             best, accepted, emitted = verify_with_policy(candidates, row_scores, policy, self.device, known)

@@ -148,6 +148,12 @@ class TokenPolicy:
             return self.sample(self.probabilities(prefix, logits))
         return int(argmax(self.scores(prefix, logits)))
 
+    def known_greedy(self, raw: int, ranking: Callable[[], Ranking], seen: Container[int]) -> int | None:
+        """Greedy under a lone repetition penalty (:attr:`keeps_unseen_argmax`): a row's processed choice where it
+        is known without processing the row. Its raw argmax ``raw`` where that token is not in the text
+        (``seen``); else what its ranking (asked for only then) decides (:meth:`ranked_choice`); else ``None``."""
+        return raw if raw not in seen else self.ranked_choice(*ranking(), seen)
+
     def ranked_choice(self, values: Sequence[float], indices: Sequence[int], seen: Container[int]) -> int | None:
         """Greedy under a lone repetition penalty (:attr:`keeps_unseen_argmax`): a logits row's processed choice
         where its highest raw scores (``values`` at ``indices``, highest first: :meth:`ModelStep.ranking`) decide
@@ -191,6 +197,9 @@ def accept_draft(p_token: float, u: float) -> bool:
     """Accept a deterministic draft token with probability p(token): ``u`` is uniform in [0, 1)."""
     return u < p_token
 
+
+Ranking = tuple[Sequence[float], Sequence[int]]
+"""A logits row's highest values and their indices, highest first (:meth:`ModelStep.ranking`)."""
 
 RowScores = Callable[[int, int, int], torch.Tensor]
 """``(candidate, depth, tokens)`` -> processed scores of the row after the candidate's first ``tokens`` tokens."""

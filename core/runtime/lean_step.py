@@ -63,8 +63,7 @@ class LlamaStep:
         self._compiled = compiled
         self._rotary: RotaryTable | None = None  # made on the int8 decoder's first step
         # the int8 decoder's last logits, and their rows' rankings: indices, values (read as lists once asked for)
-        self._ranked: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self._ranked_indices: list[list[int]] | None = None
+        self._ranked: tuple[torch.Tensor, list[list[int]], torch.Tensor] | None = None
         self._ranked_values: list[list[float]] | None = None
         self._held_cache: tuple[torch.Tensor, torch.ScriptObject] | None = None  # a first buffer, the decoder's cache
 
@@ -201,23 +200,19 @@ class LlamaStep:
         self.cache.advance(q)
         if len(logits) > 1:
             logits, indices, values = [torch.cat(logits)], [torch.cat(indices)], [torch.cat(values)]
-        self._ranked, self._ranked_indices, self._ranked_values = (logits[0], indices[0], values[0]), None, None
+        self._ranked, self._ranked_values = (logits[0], indices[0].tolist(), values[0]), None
         return logits[0]
 
     def greedy(self, logits: torch.Tensor) -> list[int]:
         if self._ranked is not None and self._ranked[0] is logits:
-            if self._ranked_indices is None:
-                self._ranked_indices = self._ranked[1].tolist()
-            return [ranks[0] for ranks in self._ranked_indices]
+            return [ranks[0] for ranks in self._ranked[1]]
         return argmax(logits).tolist()
 
     def ranking(self, logits: torch.Tensor, row: int) -> tuple[list[float], list[int]]:
         if self._ranked is not None and self._ranked[0] is logits:
-            if self._ranked_indices is None:
-                self._ranked_indices = self._ranked[1].tolist()
             if self._ranked_values is None:
                 self._ranked_values = self._ranked[2].tolist()
-            return self._ranked_values[row], self._ranked_indices[row]
+            return self._ranked_values[row], self._ranked[1][row]
         return ranked(logits[row])
 
     def _attention(
