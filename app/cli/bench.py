@@ -68,7 +68,11 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         return 1
     variants = bench_variants(loaded, dtypes)  # as the app's calibration prepares them
     runner = BenchRunner(
-        loaded, args.max_new_tokens, repetition_penalty=args.repetition_penalty, models=variants.models
+        loaded,
+        args.max_new_tokens,
+        repetition_penalty=args.repetition_penalty,
+        models=variants.models,
+        memory=args.memory == "on",
     )
     names = list(runner.models)
     layouts = {name: layout_of(model.model) for name, model in variants.models.items()}
@@ -114,9 +118,10 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     results = runner.run(suites, methods, progress_printer("bench: "))
     rows = summarize(results, REFERENCE + tag(names[0]), PLAIN_LOOP + tag(names[0]))
     penalty = f", repetition penalty {args.repetition_penalty}" if args.repetition_penalty != 1.0 else ""
+    memory = ", no memory of earlier answers" if args.memory == "off" else ""
     title = (
         f"{loaded.name}, {loaded.device_info.label}, {'/'.join(names)}, {torch.get_num_threads()} threads, "
-        f"{args.max_new_tokens} new tokens{penalty}"
+        f"{args.max_new_tokens} new tokens{penalty}{memory}"
     )
     print(markdown_table(rows, title))
     if args.llama_cpp:
@@ -134,6 +139,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         "threads": torch.get_num_threads(),
         "max_new_tokens": args.max_new_tokens,
         "repetition_penalty": args.repetition_penalty,
+        "memory": args.memory,
         "seconds": time.perf_counter() - start,
         "suites": [s.name for s in suites],
         "methods": [m.name for m in methods],

@@ -155,6 +155,13 @@ def _parser() -> argparse.ArgumentParser:
         default="on",
         help="seed the lookahead n-gram pool with the prompt (off: pool_from_prompt=False)",
     )
+    bench.add_argument(
+        "--memory",
+        choices=("on", "off"),
+        default="on",
+        help="lookahead also guesses from the answers to the run's earlier prompts, as the app from the model's "
+        "earlier answers (off: from each answer's own text only)",
+    )
     bench.add_argument("--no-peers", action="store_true", help="skip model.generate and prompt-lookup runs")
     bench.add_argument(
         "--llama-cpp",

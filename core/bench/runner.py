@@ -19,7 +19,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from core.autotune.chooser import AutoChooser
 from core.chat.prompt import Message, encode_messages
-from core.lookahead import Decoding, LookaheadConfig, NGramPool
+from core.lookahead import AnswerMemory, Decoding, LookaheadConfig, NGramPool
 from core.lookahead.sampling import SamplingConfig, TokenPolicy
 from core.models.loader import LoadedModel
 from core.progress import CancelToken, ProgressCallback, no_progress
@@ -104,6 +104,8 @@ class BenchRunner:
         models: the variants to run methods on, by name (``fp32``, ``bf16``, ``int8``: int8 weights, as Auto
             may pick on the CPU), each as prepared for this machine; the first is the reference's. Default:
             the loaded model alone.
+        memory: lookahead also guesses from the answers to the run's earlier prompts, as the app does from
+            the model's earlier answers (every method of a prompt sees the same ones: the reference answers).
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class BenchRunner:
         repetition_penalty: float = 1.0,
         chooser: AutoChooser | None = None,
         models: dict[str, PreparedModel] | None = None,
+        memory: bool = True,
     ) -> None:
         self.loaded = loaded
         self.max_new_tokens = max_new_tokens
@@ -120,6 +123,7 @@ class BenchRunner:
         self.repetition_penalty = repetition_penalty
         self.chooser = chooser
         self.models = dict(models) if models else {dtype_name(loaded.prepared): loaded.prepared}
+        self.memory = AnswerMemory() if memory else None
         self._cancel = CancelToken()
 
     @property
@@ -203,6 +207,8 @@ class BenchRunner:
                         or self._generate(self.models[self.first_dtype], ids, self.max_new_tokens)[0]
                     )
                     messages.append(Message("assistant", self.loaded.tokenizer.decode(first, skip_special_tokens=True)))
+                    if self.memory is not None:
+                        self.memory.add(first)
                     done += 1
                     progress(f"{suite.name} {index + 1}/{len(suite.prompts)}", done / total)
         return results
@@ -261,6 +267,7 @@ class BenchRunner:
             max_new_tokens=max_new,
             eos_token_ids=self.eos,
             pool=pool,
+            memory=self.memory,
             cancel=self._cancel,
             policy=self._policy(),
         )

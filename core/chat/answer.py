@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from core.chat.prompt import Message, build_prompt, raw_prompt
 from core.chat.textstream import TextStream
-from core.lookahead import Decoding, LookaheadConfig, NGramPool
+from core.lookahead import AnswerMemory, Decoding, LookaheadConfig, NGramPool
 from core.lookahead.decoder import StepChooser
 from core.lookahead.sampling import SamplingConfig, TokenPolicy
 from core.lookahead.stats import DecodeStats
@@ -62,6 +62,7 @@ class Answer:
         chooser: StepChooser | None = None,
         stop_strings: tuple[str, ...] = (),
         pool: NGramPool | None = None,
+        memory: AnswerMemory | None = None,
         cancel: CancelToken | None = None,
         sampling: SamplingSettings | None = None,
     ) -> None:
@@ -82,6 +83,7 @@ class Answer:
             max_new_tokens=max_new_tokens,
             eos_token_ids=loaded.eos_token_ids,
             pool=pool,
+            memory=memory,
             cancel=cancel,
             policy=policy_for(sampling, loaded) if sampling is not None else None,
         )

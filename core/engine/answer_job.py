@@ -200,6 +200,7 @@ class AnswerJob:
                 max_new_tokens=request.sampling.max_new_tokens,
                 stop_strings=request.sampling.stop_strings,
                 pool=pool,
+                memory=ready.memory,
                 cancel=request.cancel,
                 sampling=request.sampling,
             )
@@ -248,3 +249,5 @@ class AnswerJob:
             device = f"remote {self.request.remote.host}"
         text = answer.text if answer is not None else ""
         self.listener.ended(AnswerOutcome(text, reason, figures, failure, device, self._rejected))
+        if isinstance(answer, Answer) and ready is not None:  # later answers guess from this one, however it ended
+            ready.memory.add(answer.token_ids)

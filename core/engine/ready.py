@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.autotune.prepare import AutoTuning, calibrate_or_plain
 from core.autotune.store import CalibrationStore
 from core.chat.pools import ConversationPools
 from core.engine.background import MEASURING_REASON, BackgroundCalibration, Upgrade, compiled_step_missing
+from core.lookahead import AnswerMemory
 from core.models.device import NAME_BY_DTYPE
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
@@ -43,6 +44,7 @@ class ReadyModel:
     auto: AutoTuning
     pools: ConversationPools
     background: BackgroundCalibration | None = None
+    memory: AnswerMemory = field(default_factory=AnswerMemory)  # this model's answers (model thread only)
 
     def upgrade(self, upgrade: Upgrade) -> None:
         """Answer from now on with what the background work prepared (model thread, between jobs)."""

@@ -10,11 +10,13 @@ Use it from transformers::
 from core.lookahead.config import LookaheadConfig
 from core.lookahead.decoder import Decoding, Step
 from core.lookahead.generate import LookaheadGenerateOutput, lookahead_generate
+from core.lookahead.memory import AnswerMemory
 from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import SamplingConfig, TokenPolicy
 from core.lookahead.stats import DecodeStats
 
 __all__ = [
+    "AnswerMemory",
     "DecodeStats",
     "Decoding",
     "LookaheadConfig",

@@ -7,7 +7,7 @@ length of the match also says how far to trust the guess (:attr:`LookaheadConfig
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 MAX_CONTEXT = 4
 """The longest context looked up: longer ones add almost nothing to the guesses' acceptance."""
@@ -42,11 +42,15 @@ class ContextIndex:
         seq = self.tokens
         length, matched, start = self._found
         if length != len(seq):
-            matched = start = 0
-            for k in range(min(self.max_context, len(seq)), 0, -1):
-                found = self._follower.get(tuple(seq[len(seq) - k :]))
-                if found is not None:
-                    matched, start = k, found
-                    break
+            matched, start = self.latest(seq)
             self._found = (len(seq), matched, start)
         return (matched, tuple(seq[start : start + limit])) if matched else (0, ())
+
+    def latest(self, text: Sequence[int]) -> tuple[int, int]:
+        """``(matched, start)``: the length of the longest context ending ``text`` that occurred in this
+        sequence, and where the token after its latest occurrence lies; ``(0, 0)`` where none did."""
+        for k in range(min(self.max_context, len(text)), 0, -1):
+            found = self._follower.get(tuple(text[len(text) - k :]))
+            if found is not None:
+                return k, found
+        return 0, 0

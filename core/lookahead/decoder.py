@@ -19,6 +19,7 @@ import torch
 
 from core.lookahead.config import LookaheadConfig
 from core.lookahead.context import ContextIndex
+from core.lookahead.memory import AnswerMemory
 from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import TokenPolicy, verify_with_policy
 from core.lookahead.stats import DecodeStats
@@ -86,6 +87,7 @@ class Decoding:
         max_new_tokens: the most tokens to generate.
         eos_token_ids: tokens that end the answer (emitted, then generation stops).
         pool: an n-gram pool to use and grow (e.g. a conversation's); a fresh one if ``None``.
+        memory: the model's earlier answers, read for guesses (its owner adds this answer when it ends).
         cancel: checked between steps.
         policy: logits processors and/or sampling; ``None`` is plain greedy (argmax).
     """
@@ -100,6 +102,7 @@ class Decoding:
         max_new_tokens: int = 256,
         eos_token_ids: Collection[int] = (),
         pool: NGramPool | None = None,
+        memory: AnswerMemory | None = None,
         cancel: Cancellable | None = None,
         policy: TokenPolicy | None = None,
     ) -> None:
@@ -157,6 +160,9 @@ class Decoding:
             self._context = ContextIndex()
             self._context.extend(self.prompt, record=settings[0].pool_from_prompt)
             self._max_step = max(s.max_step_tokens for s in settings)
+            self._memory = memory
+            self._longest_guess = max(s.ngram for s in settings) - 1
+            self._recalled: tuple[int, int, tuple[int, ...]] = (-1, 0, ())  # (text length, matched, tokens)
             self._mask_dtype = self.prepared.dtype
 
     def __iter__(self) -> Iterator[Step]:
@@ -348,11 +354,15 @@ class Decoding:
 
     def _candidates(self, x: int, ngram: int, guesses: int, cut: bool) -> list[tuple[int, ...]]:
         """Up to ``guesses`` continuations of x of at most ``ngram - 1`` tokens: first what followed the
-        longest earlier occurrence of the text's last tokens (x's own context), then the pool's under x,
-        newest first. ``cut``: each only as long as the context that found it (the pool's: one token)."""
+        longest earlier occurrence of the text's last tokens (x's own context) in the text, or in an earlier
+        answer where that context is longer, then the pool's under x, newest first. ``cut``: each only as
+        long as the context that found it (the pool's: one token)."""
         assert self.pool is not None
         found: dict[tuple[int, ...], None] = {}
         matched, follower = self._context.continuation(ngram - 1)
+        recalled, earlier = self._recall()
+        if recalled > matched:
+            matched, follower = recalled, earlier[: ngram - 1]
         if follower and guesses:
             found[follower[:matched] if cut else follower] = None
         if len(found) < guesses and x in self.pool:
@@ -363,6 +373,17 @@ class Decoding:
                 if len(found) == guesses:
                     break
         return list(found)
+
+    def _recall(self) -> tuple[int, tuple[int, ...]]:
+        """The memory's continuation of the text (once a step: every setting's lookup asks)."""
+        if self._memory is None:
+            return 0, ()
+        text = self._context.tokens
+        length, matched, tokens = self._recalled
+        if length != len(text):
+            matched, tokens = self._memory.continuation(text, self._longest_guess)
+            self._recalled = (len(text), matched, tokens)
+        return matched, tokens
 
     def _window(self, cfg: LookaheadConfig) -> JacobiWindow:
         """The Jacobi window of a (W, N); kept while other settings run, since any guesses stay valid."""

@@ -19,6 +19,7 @@ from transformers.utils import ModelOutput
 
 from core.lookahead.config import LookaheadConfig
 from core.lookahead.decoder import Decoding, StepChooser
+from core.lookahead.memory import AnswerMemory
 from core.lookahead.sampling import TokenPolicy
 from core.lookahead.stats import DecodeStats
 
@@ -38,6 +39,7 @@ def lookahead_generate(
     stopping_criteria: Any = None,
     generation_config: Any = None,
     lookahead: LookaheadConfig | StepChooser | None = None,
+    memory: AnswerMemory | None = None,
     return_dict_in_generate: bool = False,
     **model_kwargs: Any,
 ) -> torch.LongTensor | LookaheadGenerateOutput:
@@ -46,6 +48,8 @@ def lookahead_generate(
     Args:
         lookahead: W, N, G and pool options (default ``LookaheadConfig()``), or a step chooser such as
             ``core.autotune.auto_lookahead(model)``: the fastest exact decoding measured on this model and device.
+        memory: the model's earlier answers (an :class:`AnswerMemory` the caller keeps across calls): guesses
+            come from them too, and this answer is added when it ends.
         return_dict_in_generate: return a :class:`LookaheadGenerateOutput` instead of a tensor.
     """
     if input_ids.shape[0] != 1:
@@ -81,6 +85,7 @@ def lookahead_generate(
         chooser=chooser,
         max_new_tokens=max_new,
         eos_token_ids=eos_ids,
+        memory=memory,
         policy=policy,
     )
     sequence = torch.empty(1, prompt_len + max_new, dtype=torch.long, device=input_ids.device)
@@ -101,6 +106,8 @@ def lookahead_generate(
             break
     if streamer is not None:
         streamer.end()
+    if memory is not None:
+        memory.add(sequence[0, prompt_len:length].tolist())
     sequences = sequence[:, :length]
     if return_dict_in_generate:
         return LookaheadGenerateOutput(sequences=sequences, lookahead_stats=decoding.stats)

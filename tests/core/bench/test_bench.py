@@ -28,7 +28,10 @@ def test_runner_compares_methods_on_identical_prompts(tiny_loaded) -> None:
     methods = standard_methods([("lookahead W4 N4 G4", config)])
     methods.append(Method("lookahead conversation pool", "loop", config, pool="conversation"))
     suites = [load_suite("code", 2), load_suite("multiturn", 1)]
-    results = BenchRunner(tiny_loaded, max_new_tokens=12).run(suites, methods)
+    runner = BenchRunner(tiny_loaded, max_new_tokens=12)
+    results = runner.run(suites, methods)
+    assert runner.memory is not None and 2 * 12 < len(runner.memory) <= 5 * 12  # each turn's reference answer
+    assert BenchRunner(tiny_loaded, memory=False).memory is None
     assert not tiny_loaded.model._forward_pre_hooks  # forward passes were counted, and the counter removed
     assert len(results) == len(methods) * (2 + 3)
     for r in results:

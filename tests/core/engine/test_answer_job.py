@@ -113,3 +113,12 @@ def test_a_raw_prompt_is_continued_without_the_chat_template(tiny_ready) -> None
     request = AnswerRequest("def add(a, b):", "plain", LookaheadSettings(), SamplingSettings(max_new_tokens=6))
     AnswerJob(request, heard).steps_job().run(tiny_ready)
     assert heard.starts[0].prompt_tokens == len(tiny_ready.loaded.tokenizer("def add(a, b):")["input_ids"])
+
+
+def test_every_answer_joins_the_models_memory_for_later_conversations(tiny_ready) -> None:
+    """Plain or lookahead, each answer's tokens are remembered: a later conversation's guesses read them."""
+    lookahead = LookaheadSettings(auto=False, window=0, ngram=4, guesses=1)
+    for mode, conversation in (("plain", 1), ("lookahead", 2)):
+        request = AnswerRequest(_repetitive(2), mode, lookahead, SamplingSettings(max_new_tokens=8), conversation)
+        assert AnswerJob(request, Heard()).steps_job().run(tiny_ready) == "finished"
+        assert len(tiny_ready.memory) == 8 * conversation
