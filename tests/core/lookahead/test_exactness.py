@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.lookahead import Decoding, LookaheadConfig, lookahead_generate
+from core.lookahead import AnswerMemory, Decoding, LookaheadConfig, lookahead_generate
 from tests.conftest import make_model, tiny_llama_config
 
 CONFIGS = [
@@ -203,10 +203,18 @@ def test_custom_generate_entry_point_matches_generate() -> None:
     assert streamer.ended
     assert streamer.puts[0] == prompt[0].tolist()  # generate's own put of the prompt
     assert sum(streamer.puts[1:], []) == reference[0, prompt.shape[1] :].tolist()
-    plain_tensor = model.generate(
-        prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32, custom_generate=lookahead_generate
-    )
-    assert torch.equal(plain_tensor, reference)
+    memory = AnswerMemory()  # kept by the caller across calls: each answer joins it
+    for _ in range(2):
+        remembered = model.generate(
+            prompt,
+            max_new_tokens=32,
+            do_sample=False,
+            min_new_tokens=32,
+            custom_generate=lookahead_generate,
+            memory=memory,
+        )
+        assert torch.equal(remembered, reference)
+    assert len(memory) == 2 * 32
 
 
 def test_custom_generate_honours_eos_list_and_stopping_criteria() -> None:
