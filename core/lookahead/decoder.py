@@ -87,7 +87,7 @@ class Decoding:
         max_new_tokens: the most tokens to generate.
         eos_token_ids: tokens that end the answer (emitted, then generation stops).
         pool: an n-gram pool to use and grow (e.g. a conversation's); a fresh one if ``None``.
-        memory: the model's earlier answers, read for guesses (its owner adds this answer when it ends).
+        memory: the model's earlier answers, read for guesses when greedy (its owner adds this answer when it ends).
         cancel: checked between steps.
         policy: logits processors and/or sampling; ``None`` is plain greedy (argmax).
     """
@@ -160,7 +160,9 @@ class Decoding:
             self._context = ContextIndex()
             self._context.extend(self.prompt, record=settings[0].pool_from_prompt)
             self._max_step = max(s.max_step_tokens for s in settings)
-            self._memory = memory
+            # greedy only: a sampled step's draws depend on the guesses it verifies, and a seeded answer must
+            # repeat while the memory grows between answers
+            self._memory = memory if self.policy is None or not self.policy.do_sample else None
             self._longest_guess = max(s.ngram for s in settings) - 1
             self._recalled: tuple[int, int, tuple[int, ...]] = (-1, 0, ())  # (text length, matched, tokens)
             self._mask_dtype = self.prepared.dtype
