@@ -435,6 +435,32 @@ def open_history(data_dir: Path) -> tuple[HistoryStore, str | None]:
         )
 
 
+def recent_answers(data_dir: Path, max_chars: int) -> list[str]:
+    """The newest assistant messages of the history in ``data_dir``, oldest first, about ``max_chars`` of text
+    in all. Read-only, from any thread (the GUI thread's store keeps writing); empty where there is no
+    readable history: what it feeds (the model's memory of its answers) is an aid, never a reason to fail."""
+    path = data_dir / HISTORY_FILE
+    if not path.is_file():
+        return []
+    texts: list[str] = []
+    total = 0
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT content FROM messages WHERE role = 'assistant' ORDER BY id DESC")
+            for (content,) in rows:
+                if total >= max_chars:
+                    break
+                texts.append(content)
+                total += len(content)
+        finally:
+            conn.close()
+    except sqlite3.Error as err:
+        log.warning("chat history not read for the model's memory: %s", err)
+        return []
+    return texts[::-1]
+
+
 def close_code_fence(text: str) -> str:
     """``text`` with a code fence left open (an answer cut off inside a code block) closed again."""
     fence = ""

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import torch
 
+from core.chat.history import recent_answers
 from core.chat.pools import ConversationPools
 from core.engine.answer_job import AnswerJob, AnswerListener, AnswerRequest
 from core.engine.background import BackgroundCalibration, Upgrade
@@ -32,6 +33,9 @@ from core.paths import AppPaths
 from core.progress import CancelToken
 
 log = logging.getLogger(__name__)
+
+REMEMBERED_CHARS = 200_000
+"""Text of the newest saved answers a loaded model's memory starts with (about 50,000 tokens)."""
 
 
 class ModelEvents(Protocol):
@@ -288,6 +292,10 @@ class ModelThread:
         self._ready = ready
         self._model_name = loaded.name
         self.events.model_loaded(ready.info)
+        try:  # guesses from the answers of earlier sessions too: an aid, so a failure only loses it
+            ready.remember(recent_answers(self.paths.data_dir, REMEMBERED_CHARS))
+        except Exception:
+            log.exception("the saved answers were not added to the model's memory")
         if ready.background is not None:
             self._start_background(ready.background)
 

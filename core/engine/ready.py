@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from core.autotune.prepare import AutoTuning, calibrate_or_plain
@@ -45,6 +46,12 @@ class ReadyModel:
     pools: ConversationPools
     background: BackgroundCalibration | None = None
     memory: AnswerMemory = field(default_factory=AnswerMemory)  # this model's answers (model thread only)
+
+    def remember(self, answers: Sequence[str]) -> None:
+        """Add earlier answers (saved chats, oldest first) to the model's memory, as its tokenizer splits them."""
+        tokenizer = self.loaded.tokenizer
+        for text in answers:
+            self.memory.add(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def upgrade(self, upgrade: Upgrade) -> None:
         """Answer from now on with what the background work prepared (model thread, between jobs)."""

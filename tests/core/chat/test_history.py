@@ -16,6 +16,7 @@ from core.chat.history import (
     HistoryStore,
     migrate,
     open_history,
+    recent_answers,
 )
 
 
@@ -366,3 +367,19 @@ def test_unreadable_figures_do_not_hide_the_message(store: HistoryStore) -> None
         store.connection.execute("UPDATE messages SET stats = ? WHERE id = ?", (garbage, message.id))
         [read] = store.messages(conv.id)
         assert (read.content, read.stats) == ("the text", None)
+
+
+def test_recent_answers_are_read_newest_first_up_to_a_size_and_given_oldest_first(store, tmp_path: Path) -> None:
+    """What seeds a loaded model's memory of its answers: read while the store stays open and writing."""
+    chat = store.create_conversation("c")
+    for n in range(4):
+        store.add_message(chat.id, "user", f"question {n}")
+        store.add_message(chat.id, "assistant", f"answer number {n}")
+    assert recent_answers(tmp_path, 10_000) == [f"answer number {n}" for n in range(4)]
+    assert recent_answers(tmp_path, 20) == ["answer number 2", "answer number 3"]  # stops once 20 characters are in
+    assert recent_answers(tmp_path / "elsewhere", 100) == []
+
+
+def test_recent_answers_of_a_damaged_history_are_none(tmp_path: Path) -> None:
+    (tmp_path / HISTORY_FILE).write_bytes(b"not a database at all" * 100)
+    assert recent_answers(tmp_path, 100) == []

@@ -6,6 +6,7 @@ import os
 import threading
 import time
 
+from core.chat.history import HistoryStore
 from core.chat.prompt import Message
 from core.engine.answer_job import AnswerRequest
 from core.engine.background import COMPILING, MEASURING, MEASURING_REASON, BackgroundCalibration
@@ -109,15 +110,24 @@ def test_a_first_load_answers_at_once_and_auto_measures_between_answers(tiny_mod
     fresh = AppPaths(
         tmp_path / "new-home" / "config", tmp_path / "new-home" / "data", app_paths.cache_dir, app_paths.calibration
     )
-    again = ModelThread(fresh.ensure())
+    history = HistoryStore.in_folder(fresh.ensure().data_dir)  # and the saved chats' answers seed its memory
+    chat = history.create_conversation("earlier")
+    history.add_message(chat.id, "user", "Name a fox.")
+    history.add_message(chat.id, "assistant", "The quick brown fox jumps over the lazy dog.")
+    again = ModelThread(fresh)
     try:
         again.load(source, options)
         deadline = time.monotonic() + 60
         while again.model_name is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert again.model_name is not None and again.background is None
+        ready = again._ready  # set before the model's name; its memory filled on the model thread right after
+        while ready is not None and len(ready.memory) < 9 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready is not None and len(ready.memory) >= 9
     finally:
         assert again.shutdown(10)
+        history.close()
 
 
 def test_an_answer_starts_before_compiling_ends_and_nothing_is_left_running(
