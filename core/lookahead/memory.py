@@ -43,22 +43,24 @@ class AnswerMemory:
         return self._tokens
 
     def add(self, answer: Sequence[int]) -> None:
-        """Remember ``answer``; the oldest answers go once more than ``max_tokens`` are kept."""
+        """Remember ``answer``; the oldest answers go once more than ``max_tokens`` are kept (never the newest)."""
         answer = tuple(answer[-self.max_tokens :])
         if not answer:
             return
         self._answers.append(answer)
         self._tokens += len(answer)
         if self._tokens <= self.max_tokens:
-            self._index.extend(answer)
-            self._index.extend([_END], record=False)
+            self._index_answer(answer)
             return
-        while self._tokens > self.max_tokens * 3 // 4:  # dropped in bulk: the index is rebuilt, not edited
+        while len(self._answers) > 1 and self._tokens > self.max_tokens * 3 // 4:  # in bulk: the index is rebuilt
             self._tokens -= len(self._answers.popleft())
         self._index = ContextIndex()
         for kept in self._answers:
-            self._index.extend(kept)
-            self._index.extend([_END], record=False)
+            self._index_answer(kept)
+
+    def _index_answer(self, answer: tuple[int, ...]) -> None:
+        self._index.extend(answer)
+        self._index.extend([_END], record=False)
 
     def continuation(self, text: Sequence[int], limit: int) -> tuple[int, tuple[int, ...]]:
         """``(matched, tokens)``: up to ``limit`` tokens that followed, in an earlier answer, the longest context

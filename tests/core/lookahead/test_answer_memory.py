@@ -36,6 +36,8 @@ def test_the_oldest_answers_go_when_it_is_full() -> None:
     assert len(memory) <= 10
     assert memory.continuation([1, 2, 3], 1) == (0, ())
     assert memory.continuation([9, 10, 11], 1) == (3, (12,))
+    memory.add(list(range(20, 30)))  # an answer as long as the memory keeps only itself
+    assert len(memory) == 10 and memory.continuation([25, 26, 27], 2) == (3, (28, 29))
     with pytest.raises(ValueError, match="at least one token"):
         AnswerMemory(max_tokens=0)
 
