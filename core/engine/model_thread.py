@@ -261,6 +261,7 @@ class ModelThread:
         if job.cancel.cancelled:
             return
         self._stop_background()
+        previous = self._model_name
         self._release_model()
         last: list = [0.0, None]  # when, and which stage, was last reported
 
@@ -274,6 +275,8 @@ class ModelThread:
 
         try:
             loaded = load_model(job.source, job.options, self.paths.ensure(), progress, job.cancel)
+            if loaded.name != previous:  # the pools hold the token ids of the model they served
+                self.pools = ConversationPools()
             # Cancel (or a failure) during the measurement keeps the model: Auto then decodes plain.
             ready = make_ready(loaded, self.paths, self.pools, progress, job.cancel, background=True)
         except ModelError as err:

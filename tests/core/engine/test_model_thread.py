@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 
@@ -125,6 +126,15 @@ def test_a_first_load_answers_at_once_and_auto_measures_between_answers(tiny_mod
         while ready is not None and len(ready.memory) < 9 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert ready is not None and len(ready.memory) >= 9
+        # the conversations' pools stay with the same model, loaded again (other options), not with another one
+        pools = again.pools
+        pools.pool_for("earlier", 3, 2).add([1, 2, 3])
+        _load_and_wait(again, source, LoadOptions(device="cpu", dtype="bf16"))
+        assert again.pools is pools
+        other = tmp_path / "other-model"
+        shutil.copytree(tiny_model_folder, other)
+        _load_and_wait(again, ModelSource("folder", str(other)), options)
+        assert again.pools is not pools and len(again.pools.pool_for("earlier", 3, 2)) == 0
     finally:
         assert again.shutdown(10)
         history.close()
@@ -160,6 +170,16 @@ def test_an_answer_starts_before_compiling_ends_and_nothing_is_left_running(
             pass
     assert not list((tmp_path / "inductor").rglob("*.pt2"))  # no half package
     assert ready.auto.reason == MEASURING_REASON and not events.upgraded.is_set()
+
+
+def _load_and_wait(thread: ModelThread, source: ModelSource, options: LoadOptions) -> None:
+    """Load on ``thread`` and wait until the new model is in place."""
+    before = thread._ready
+    thread.load(source, options)
+    deadline = time.monotonic() + 60
+    while (thread._ready is None or thread._ready is before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert thread._ready is not None and thread._ready is not before and thread._ready.loaded.source == source
 
 
 def _pools():
