@@ -19,6 +19,7 @@ import torch
 
 from core.lookahead.config import LookaheadConfig
 from core.lookahead.context import ContextIndex
+from core.lookahead.guesses import Guesses, common_prefix, tree_size
 from core.lookahead.memory import AnswerMemory
 from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import TokenPolicy, verify_with_policy
@@ -136,13 +137,8 @@ class Decoding:
         self._mask: torch.Tensor | None = None
         self._windows: dict[tuple[int, int], JacobiWindow] = {}
         self._shadows: list[LookaheadConfig] = list(getattr(chooser, "shadow_settings", ()))
-        # one lookup per n-gram size and cut serves every shadow of that kind: a setting's candidates are the
-        # first G of the lookup with the most guesses
-        kinds = {(s.ngram, s.cut_to_match) for s in self._shadows}
-        self._shadow_lookups = {
-            kind: max(s.guesses for s in self._shadows if (s.ngram, s.cut_to_match) == kind) for kind in kinds
-        }
-        self._pending: deque[tuple[int, dict[tuple[int, bool], list[tuple[int, ...]]]]] = deque()
+        self._scored_span = max((s.ngram for s in self._shadows), default=0)  # tokens after a step that score it
+        self._pending: deque[tuple[int, Guesses]] = deque()  # (tokens before the step, its lookup), to score
         self._observed: list[tuple[LookaheadConfig | None, int, float, int]] = []  # (setting, tokens, seconds, fed)
         settings = [s for s in (chooser.settings if chooser else [lookahead]) if s is not None]
         self.pool: NGramPool | None = None
@@ -164,7 +160,7 @@ class Decoding:
             # repeat while the memory grows between answers
             self._memory = memory if self.policy is None or not self.policy.do_sample else None
             self._longest_guess = max(s.ngram for s in settings) - 1
-            self._recalled: tuple[int, int, tuple[int, ...]] = (-1, 0, ())  # (text length, matched, tokens)
+            self._looked_up: tuple[int, Guesses] = (-1, Guesses(0, (), ()))  # (text length, its lookup)
             self._mask_dtype = self.prepared.dtype
 
     def __iter__(self) -> Iterator[Step]:
@@ -187,10 +183,7 @@ class Decoding:
                         return
                     setting = self.chooser.choose() if self.chooser is not None else self.config
                     if self._shadows:  # what each would verify now; scored once the answer is known
-                        lookups = {
-                            (n, cut): self._candidates(x, n, g, cut) for (n, cut), g in self._shadow_lookups.items()
-                        }
-                        self._pending.append((len(self.tokens), lookups))
+                        self._pending.append((len(self.tokens), self._guesses(x)))
                     fed_before = self.stats.fed_tokens
                     self._timer.start()
                     emitted = self._lookahead_step(x, setting) if setting is not None else self._plain_step(x)
@@ -242,24 +235,27 @@ class Decoding:
         """Score the pending steps whose following tokens are known: greedy verification accepts a
         candidate's longest prefix that the answer itself continues with, plus one token."""
         assert self.chooser is not None or not self._pending
-        longest = max((n for n, _ in self._shadow_lookups), default=0)
         scores = []
         while self._pending:
-            start, lookups = self._pending[0]
-            after = self.tokens[start : start + longest]
-            if len(after) < longest and self.finish_reason is None:
+            start, guesses = self._pending[0]
+            after = self.tokens[start : start + self._scored_span]
+            if len(after) < self._scored_span and self.finish_reason is None:
                 break
             self._pending.popleft()
             if not after:
                 continue
-            outcomes: dict[tuple[tuple[int, bool], int], tuple[int, int]] = {}  # settings of a kind share lookups
+            outcomes: dict[tuple[int, int, bool], tuple[int, int]] = {}  # shadows differ only in N, G and cut
+            accepted: dict[tuple[int, ...], int] = {}
             for setting in self._shadows:
-                kind = (setting.ngram, setting.cut_to_match)
-                found = lookups.get(kind, [])[: setting.guesses]
-                outcome = outcomes.get((kind, len(found)))
+                kind = (setting.ngram, setting.guesses, setting.cut_to_match)
+                outcome = outcomes.get(kind)
                 if outcome is None:
-                    accepted = max((_common_prefix(c, after) for c in found), default=0)
-                    outcome = outcomes[(kind, len(found))] = (min(accepted + 1, len(after)), 1 + _tree_size(found))
+                    found = guesses.candidates(*kind)
+                    for candidate in found:
+                        if candidate not in accepted:
+                            accepted[candidate] = common_prefix(candidate, after)
+                    longest = max((accepted[c] for c in found), default=0)
+                    outcome = outcomes[kind] = (min(longest + 1, len(after)), 1 + tree_size(found))
                 scores.append((setting, *outcome))
         if scores:
             self.chooser.observe_shadows(scores)
@@ -355,37 +351,26 @@ class Decoding:
         return emitted
 
     def _candidates(self, x: int, ngram: int, guesses: int, cut: bool) -> list[tuple[int, ...]]:
-        """Up to ``guesses`` continuations of x of at most ``ngram - 1`` tokens: first what followed the
-        longest earlier occurrence of the text's last tokens (x's own context) in the text, or in an earlier
-        answer where that context is longer, then the pool's under x, newest first. ``cut``: each only as
-        long as the context that found it (the pool's: one token)."""
-        assert self.pool is not None
-        found: dict[tuple[int, ...], None] = {}
-        matched, follower = self._context.continuation(ngram - 1)
-        recalled, earlier = self._recall()
-        if recalled > matched:
-            matched, follower = recalled, earlier[: ngram - 1]
-        if follower and guesses:
-            found[follower[:matched] if cut else follower] = None
-        if len(found) < guesses and x in self.pool:
-            for candidate in self.pool.candidates(x, guesses, ngram - 1):
-                candidate = candidate[:1] if cut else candidate
-                if not any(f[: len(candidate)] == candidate for f in found):  # a prefix adds nothing to verify
-                    found[candidate] = None
-                if len(found) == guesses:
-                    break
-        return list(found)
+        """A setting's candidates (:meth:`Guesses.candidates`) at this step."""
+        return self._guesses(x).candidates(ngram, guesses, cut)
 
-    def _recall(self) -> tuple[int, tuple[int, ...]]:
-        """The memory's continuation of the text (once a step: every setting's lookup asks)."""
-        if self._memory is None:
-            return 0, ()
+    def _guesses(self, x: int) -> Guesses:
+        """What could follow x, the text's last token: looked up once a step, at the largest N and G of every
+        setting (the running one and the scored ones all read it)."""
+        assert self.pool is not None
         text = self._context.tokens
-        length, matched, tokens = self._recalled
-        if length != len(text):
-            matched, tokens = self._memory.continuation(text, self._longest_guess)
-            self._recalled = (len(text), matched, tokens)
-        return matched, tokens
+        length, guesses = self._looked_up
+        if length == len(text):
+            return guesses
+        matched, follower = self._context.continuation(self._longest_guess)
+        pooled = tuple(self.pool.candidates(x, self.pool.per_key)) if x in self.pool else ()
+        if self._memory is not None:
+            recalled, earlier = self._memory.continuation(text, self._longest_guess)
+            if recalled > matched:
+                matched, follower = recalled, earlier
+        guesses = Guesses(matched, follower, pooled)
+        self._looked_up = (len(text), guesses)
+        return guesses
 
     def _window(self, cfg: LookaheadConfig) -> JacobiWindow:
         """The Jacobi window of a (W, N); kept while other settings run, since any guesses stay valid."""
@@ -426,20 +411,6 @@ class _Text:
 
     def __contains__(self, token: object) -> bool:
         return token in self.seen or token in self.guessed
-
-
-def _tree_size(candidates: Sequence[tuple[int, ...]]) -> int:
-    """The nodes of the candidates' token tree (:func:`~core.lookahead.tree.build_tree`): their distinct prefixes."""
-    return len({c[:end] for c in candidates for end in range(1, len(c) + 1)})
-
-
-def _common_prefix(candidate: Sequence[int], tokens: Sequence[int]) -> int:
-    n = 0
-    for a, b in zip(candidate, tokens):
-        if a != b:
-            break
-        n += 1
-    return n
 
 
 def _check_attention(model: Any) -> None:
