@@ -20,7 +20,7 @@ import torch
 from core.lookahead.config import LookaheadConfig
 from core.lookahead.context import ContextIndex
 from core.lookahead.guesses import Guesses, common_prefix, tree_size
-from core.lookahead.memory import AnswerMemory
+from core.lookahead.memory import MIN_CONTEXT, AnswerMemory
 from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import TokenPolicy, verify_with_policy
 from core.lookahead.stats import DecodeStats
@@ -365,9 +365,12 @@ class Decoding:
         matched, follower = self._context.continuation(self._longest_guess)
         pooled = tuple(self.pool.candidates(x, self.pool.per_key)) if x in self.pool else ()
         if self._memory is not None:
-            recalled, earlier = self._memory.continuation(text, self._longest_guess)
+            alone = not matched and not pooled  # the text offers no guess: the memory's on any context
+            recalled, earlier = self._memory.continuation(
+                text, self._longest_guess, shortest=1 if alone else MIN_CONTEXT
+            )
             if recalled > matched:
-                matched, follower = recalled, earlier
+                matched, follower = recalled, earlier if recalled >= MIN_CONTEXT else earlier[:1]
         guesses = Guesses(matched, follower, pooled)
         self._looked_up = (len(text), guesses)
         return guesses

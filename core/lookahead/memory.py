@@ -2,9 +2,9 @@
 
 A model repeats its own phrasing across conversations (the same boilerplate around code, the same ways of
 starting a step of a solution), which prompt lookup cannot see: it searches only the text of the answer
-in progress. The memory is consulted only where its context is at least :data:`MIN_CONTEXT` tokens and
-longer than the one the text itself matched: a short match in another answer is a weak guess, and each token
-fed costs on a CPU.
+in progress. The memory is consulted where its context is at least :data:`MIN_CONTEXT` tokens and longer than
+the one the text itself matched (a short match in another answer is a weak guess, and each token fed costs on
+a CPU), and for a single token on any context where the text offers no guess at all.
 """
 
 from __future__ import annotations
@@ -62,11 +62,13 @@ class AnswerMemory:
         self._index.extend(answer)
         self._index.extend([_END], record=False)
 
-    def continuation(self, text: Sequence[int], limit: int) -> tuple[int, tuple[int, ...]]:
+    def continuation(
+        self, text: Sequence[int], limit: int, *, shortest: int = MIN_CONTEXT
+    ) -> tuple[int, tuple[int, ...]]:
         """``(matched, tokens)``: up to ``limit`` tokens that followed, in an earlier answer, the longest context
-        (of :data:`MIN_CONTEXT` tokens or more) that ends ``text``; ``(0, ())`` where none did."""
+        (of ``shortest`` tokens or more) that ends ``text``; ``(0, ())`` where none did."""
         matched, start = self._index.latest(text)
-        if matched < MIN_CONTEXT:
+        if matched < max(1, shortest):
             return 0, ()
         tokens = self._index.tokens[start : start + limit]
         if _END in tokens:

@@ -16,6 +16,7 @@ def test_the_longest_context_of_three_or_more_tokens_is_recalled() -> None:
     assert memory.continuation([0, 2, 3, 4], 2) == (3, (7, 8))  # the latest answer's
     assert memory.continuation([1, 2, 3, 4], 3) == (4, (5, 6))  # the longer context wins
     assert memory.continuation([5, 3, 4], 3) == (0, ())  # two tokens of context are too weak a guess
+    assert memory.continuation([5, 3, 4], 3, shortest=1) == (2, (7, 8))  # unless asked for any context
 
 
 def test_a_guess_stops_where_its_answer_ended() -> None:
@@ -54,6 +55,18 @@ def test_guesses_come_from_the_memory_where_its_context_is_longer() -> None:
     assert decoding._candidates(9, 3, 2, cut=False)[0] == (70, 71)
     decoding._context.extend([0, 7, 8, 9])
     assert decoding._candidates(9, 4, 2, cut=True)[0] == (0, 7, 8)  # "7 8 9": as long in the text itself
+
+
+def test_where_the_text_offers_no_guess_the_memory_guesses_one_token_on_any_context() -> None:
+    model = make_model(tiny_llama_config(96), seed=0)
+    memory = AnswerMemory()
+    memory.add([30, 8, 9, 70, 71, 72])
+    prompt = [7, 8, 40, 41, 5, 6]  # 9 never occurred in the text
+    decoding = Decoding(model, prompt, lookahead=LookaheadConfig(0, 4, 2), max_new_tokens=1, memory=memory)
+    decoding._context.extend([8, 9])
+    assert decoding._candidates(9, 4, 2, cut=False) == [(70,)]  # "8 9" in an earlier answer: one token
+    decoding._context.extend([40, 41])
+    assert decoding._candidates(41, 4, 2, cut=False) == [(5, 6, 8)]  # the text's own guess: the memory stays out
 
 
 def test_an_answer_the_memory_holds_takes_far_fewer_steps_and_stays_exact(default_loaded) -> None:
