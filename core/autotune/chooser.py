@@ -81,7 +81,9 @@ class AutoChooser:
     started from the calibration's predictions. Verification-only settings are also scored on every
     step from the answer itself (``observe_shadows``): the verification arm runs the best of them
     without probing each, and takes its tokens per verifying step from those scores (exact, and from
-    every step, run or not), so only its step time comes from the steps it runs. The chooser runs
+    every step, run or not), so only its step time comes from the steps it runs; its setting changes
+    when another's rate over about :data:`STEADY_STEPS` verifying steps leads by ``verify_margin`` (a
+    small one: those are counts, not timings, and changing between them costs nothing). The chooser runs
     the best rate; every
     ``probe_every`` steps it runs another setting whose rate might beat it for a few steps, and
     the best must lead by ``switch_margin`` before the running setting is changed; a setting that
@@ -91,11 +93,18 @@ class AutoChooser:
     """
 
     def __init__(
-        self, calibration: Calibration, *, probe_every: int = 32, switch_margin: float = 1.04, smoothing: float = 0.15
+        self,
+        calibration: Calibration,
+        *,
+        probe_every: int = 32,
+        switch_margin: float = 1.04,
+        verify_margin: float = 1.01,
+        smoothing: float = 0.15,
     ) -> None:
         self.calibration = calibration
         self.probe_every = probe_every
         self.switch_margin = switch_margin
+        self.verify_margin = verify_margin
         self.smoothing = smoothing
         unit = calibration.curve.seconds[0]
         predicted = {e.label: e for e in calibration.estimates}
@@ -161,7 +170,7 @@ class AutoChooser:
         assert arm is not None
         best = max(self._shadows.values(), key=_steady_rate)
         running = self._shadows.get(arm.setting)
-        if best is not running and (running is None or _steady_rate(best) > self.switch_margin * _steady_rate(running)):
+        if best is not running and (running is None or _steady_rate(best) > self.verify_margin * _steady_rate(running)):
             arm.setting, running = best.setting, best
         if running is not None:
             arm.tokens_per_step, arm.fed_tokens = running.verified_tokens, running.verified_fed
