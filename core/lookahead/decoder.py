@@ -244,6 +244,9 @@ class Decoding:
             self._pending.popleft()
             if not after:
                 continue
+            if not guesses.follower and not guesses.pooled:  # nothing to verify: a plain step for every setting
+                scores.extend((setting, 1, 1) for setting in self._shadows)
+                continue
             outcomes: dict[tuple[int, int, bool], tuple[int, int]] = {}  # shadows differ only in N, G and cut
             accepted: dict[tuple[int, ...], int] = {}
             for setting in self._shadows:
