@@ -169,6 +169,7 @@ class Decoding:
         if self.policy is not None:
             self._ids = torch.zeros(1, span, dtype=torch.long, device=self.device)
             self._ids[0, : len(self.prompt)] = torch.tensor(self.prompt, device=self.device)
+            self._ids_written = len(self.prompt)  # the text's ids written so far (when the processors ask)
         try:
             with torch.inference_mode():
                 self._timer.start()
@@ -212,9 +213,6 @@ class Decoding:
             if token in self.eos:
                 self.finish_reason = "eos"
                 break
-        if self.policy is not None and kept:
-            start = len(self.prompt) + len(self.tokens)
-            self._ids[0, start : start + len(kept)] = torch.tensor(kept, device=self.device)
         self.tokens.extend(kept)
         self._seen.update(kept)
         if self.finish_reason is None and len(self.tokens) >= self.max_new_tokens:
@@ -287,8 +285,14 @@ class Decoding:
         return self.policy.choose(self._prefix(()), logits[-1])
 
     def _prefix(self, extra: Sequence[int]) -> torch.Tensor:
-        """``[1, L]`` ids of the sequence so far (x included) followed by ``extra`` guessed tokens."""
+        """``[1, L]`` ids of the sequence so far (x included) followed by ``extra`` guessed tokens. The text's
+        new tokens are written only now: most steps' choices need no processing, and each tensor write between
+        steps costs tens of microseconds."""
         length = len(self.prompt) + len(self.tokens)
+        if self._ids_written < length:
+            new = self.tokens[self._ids_written - len(self.prompt) :]
+            self._ids[0, self._ids_written : length] = torch.tensor(new, device=self.device)
+            self._ids_written = length
         if extra:
             self._ids[0, length : length + len(extra)] = torch.tensor(list(extra), device=self.device)
         return self._ids[:, : length + len(extra)]

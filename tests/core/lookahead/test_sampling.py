@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 import torch
+from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor
 
 import core.lookahead.sampling as sampling
 from core.lookahead import Decoding, LookaheadConfig, SamplingConfig, TokenPolicy, lookahead_generate
@@ -140,6 +141,18 @@ def test_greedy_decoding_with_the_penalty_matches_generate(model) -> None:
     prompt = torch.tensor([PROMPT])
     reference = model.generate(prompt, max_new_tokens=24, min_new_tokens=24, do_sample=False, repetition_penalty=1.2)
     policy = TokenPolicy(SamplingConfig(repetition_penalty=1.2).processors(), do_sample=False)
+    for lookahead in (None, LookaheadConfig(0, 3, 2), LookaheadConfig(3, 3, 3)):
+        decoding = Decoding(model, PROMPT, lookahead=lookahead, max_new_tokens=24, policy=policy)
+        list(decoding)
+        assert decoding.tokens == reference[0, len(PROMPT) :].tolist()
+
+
+def test_a_processor_that_reads_the_answer_so_far_sees_every_token_of_it(model) -> None:
+    """Processors read the text's ids, which the decoder writes only when a row is processed: a rule over the
+    answer's own bigrams gives generate's answer, plain and lookahead."""
+    prompt = torch.tensor([PROMPT])
+    reference = model.generate(prompt, max_new_tokens=24, do_sample=False, no_repeat_ngram_size=2, eos_token_id=None)
+    policy = TokenPolicy(LogitsProcessorList([NoRepeatNGramLogitsProcessor(2)]), do_sample=False)
     for lookahead in (None, LookaheadConfig(0, 3, 2), LookaheadConfig(3, 3, 3)):
         decoding = Decoding(model, PROMPT, lookahead=lookahead, max_new_tokens=24, policy=policy)
         list(decoding)
