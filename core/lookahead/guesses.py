@@ -17,8 +17,9 @@ class Guesses:
     """What could follow x, the text's last token, as looked up once.
 
     ``follower``: what followed the longest earlier context of the text's last tokens (in the text, or in an
-    earlier answer where that context is longer), ``matched`` tokens of context long; ``pooled``: the pool's
-    continuations under x, newest first, at full length.
+    earlier answer where that context is longer, or one token of an earlier answer's where the text has none),
+    ``matched`` tokens of context long; ``pooled``: the pool's continuations under x, newest first, at full
+    length.
     """
 
     matched: int
