@@ -93,7 +93,7 @@ def _fastest_seconds(
     ids = torch.randint(0, model.config.vocab_size, (context + size,), generator=generator)
     positions = torch.arange(context, context + size)
     dtype = model.get_input_embeddings().weight.dtype
-    mask = causal_mask(size, context, dtype, torch.device("cpu")) if size > 1 else None
+    mask = causal_mask(size, dtype, torch.device("cpu")) if size > 1 else None
     keep = torch.arange(1 + size // 2) if size > 1 else 1
     times: dict[str, list[float]] = {name: [] for name in steps}
     with torch.inference_mode():

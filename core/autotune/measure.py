@@ -53,7 +53,7 @@ def measure_step_seconds(
                 if cancelled is not None and cancelled():
                     raise Cancelled
                 ids = torch.randint(0, vocab, (size,), generator=generator).to(device)
-                mask = causal_mask(size, context, dtype, device) if size > 1 else None
+                mask = causal_mask(size, dtype, device) if size > 1 else None
                 positions = torch.arange(context, context + size, device=device)
                 keep = torch.arange(min(size, 1 + size // 2), device=device) if size > 1 else 1
                 device_sync(device)

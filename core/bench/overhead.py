@@ -117,7 +117,7 @@ def profile_steps(
         for size in sizes:
             ids = torch.randint(0, vocab, (size,), generator=generator).to(device)
             positions = torch.arange(context, context + size, device=device)
-            mask = None if size == 1 else causal_mask(size, context, dtype, device)
+            mask = None if size == 1 else causal_mask(size, dtype, device)
             for name, step in steps.items():
                 _run(step, ids, positions, mask, context)  # warm-up
                 device_sync(device)

@@ -24,7 +24,7 @@ from core.lookahead.memory import MIN_CONTEXT, AnswerMemory
 from core.lookahead.pool import NGramPool
 from core.lookahead.sampling import TokenPolicy, verify_with_policy
 from core.lookahead.stats import DecodeStats
-from core.lookahead.step_shape import StepShape, step_shape
+from core.lookahead.step_shape import step_shape
 from core.lookahead.tree import build_tree
 from core.lookahead.verify import verify_greedy
 from core.lookahead.window import JacobiWindow
@@ -134,7 +134,6 @@ class Decoding:
         self.stats = DecodeStats(mode=mode, prompt_tokens=len(self.prompt))
         self._timer = StepTimer(self.device)
         self._model_step: ModelStep | None = None
-        self._mask: torch.Tensor | None = None
         self._windows: dict[tuple[int, int], JacobiWindow] = {}
         self._shadows: list[LookaheadConfig] = list(getattr(chooser, "shadow_settings", ()))
         self._scored_span = max((s.ngram for s in self._shadows), default=0)  # tokens after a step that score it
@@ -201,7 +200,6 @@ class Decoding:
                         self._report()
         finally:
             self._model_step = None  # also when cancelled or abandoned: the KV cache is the big allocation
-            self._mask = None
 
     def _emit(
         self, emitted: list[int], seconds: float, setting: LookaheadConfig | None, *, prefill: bool = False
@@ -322,11 +320,7 @@ class Decoding:
         flat.extend(tree.tokens)
         ids = torch.tensor(flat, device=self.device)
         positions = shape.position_offsets + past
-        mask = self._step_mask(shape, past)
-        try:
-            logits = self._forward(ids, positions, shape.keep_rows, mask)
-        finally:
-            mask[:, past:].zero_()  # the buffer is all zeros (attend) outside the current step block
+        logits = self._forward(ids, positions, shape.keep_rows, shape.mask_block)
         step = self._model_step
         assert step is not None
         predictions = step.greedy(logits)
@@ -388,19 +382,6 @@ class Decoding:
         if key not in self._windows:
             self._windows[key] = JacobiWindow(cfg.window, cfg.ngram, self.prompt, self.eos, self._seed)
         return self._windows[key]
-
-    def _step_mask(self, shape: StepShape, past: int) -> torch.Tensor:
-        """``[size, past+size]`` additive mask: a view of one buffer, allocated once per generation.
-
-        The cache is visible to every step token; only the step's own block is written.
-        """
-        rows, cols = shape.size, past + shape.size
-        if self._mask is None or self._mask.shape[0] < rows or self._mask.shape[1] < cols:
-            span = max(cols, len(self.prompt) + self.max_new_tokens + self._max_step)
-            self._mask = torch.zeros(max(rows, self._max_step), span, dtype=self._mask_dtype, device=self.device)
-        view = self._mask[:rows, :cols]
-        view[:, past:] = shape.mask_block
-        return view
 
     def _add_output_ngrams(self, emitted: list[int]) -> None:
         """Index the n-grams that end in the tokens just emitted: answers often repeat themselves."""

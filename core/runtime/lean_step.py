@@ -26,7 +26,7 @@ from core.runtime.compiled.rows_layer import MAX_ROWS
 from core.runtime.compiled.step import MIN_CACHED, CompiledInputs
 from core.runtime.kv_cache import StaticKVCache
 from core.runtime.rotary import RotaryTable
-from core.runtime.step import argmax, causal_mask, ranked
+from core.runtime.step import argmax, causal_mask, over_cache, ranked
 
 COMPILED_LAYERS = "compiled layers"
 """What torch's profiler calls the compiled layers of a step (it does not see into their code)."""
@@ -88,13 +88,13 @@ class LlamaStep:
                 return self._compiled_token(compiled.one_token, hidden, cos, sin)
             if q <= MAX_ROWS and compiled.rows is not None:
                 if mask is None:
-                    mask = causal_mask(q, past, hidden.dtype, hidden.device)
-                return self._compiled_rows(compiled.rows, hidden, cos, sin, mask, keep)
+                    mask = causal_mask(q, hidden.dtype, hidden.device)
+                return self._compiled_rows(compiled.rows, hidden, cos, sin, over_cache(mask, past), keep)
         attn_mask, causal = None, False
         if mask is not None:
-            attn_mask = mask[None, None]
+            attn_mask = over_cache(mask, past)[None, None]
         elif q > 1 and past > 0:
-            attn_mask = causal_mask(q, past, hidden.dtype, hidden.device)[None, None]
+            attn_mask = over_cache(causal_mask(q, hidden.dtype, hidden.device), past)[None, None]
         else:
             causal = q > 1
         for index, layer in enumerate(self.layers):
@@ -143,8 +143,8 @@ class LlamaStep:
         like = hidden.new_empty(1, self.kv_heads, q, self.head_dim)
         end = self.cache.length + q
         rows = torch.arange(q - keep, q) if isinstance(keep, int) else keep.contiguous()
-        # compiled code reads its inputs with the strides and dtype it was compiled for: a view of the
-        # decoder's wider mask buffer, or a mask of another dtype, would be read as garbage
+        # compiled code reads its inputs with the strides and dtype it was compiled for: a view, or a mask of
+        # another dtype, would be read as garbage
         mask = mask.to(hidden.dtype).contiguous()
         first = rows[:1]
         last = len(compiled.layers) - 1

@@ -45,8 +45,8 @@ class ModelStep(Protocol):
     ) -> torch.Tensor:
         """Logits ``[rows, vocab]`` of the kept rows (the last ``keep``, or those indexed) of a step.
 
-        ``ids`` and ``positions`` are ``[q]``; ``mask`` is an additive ``[q, length + q]`` mask in the
-        model's dtype, or ``None`` for causal attention over the cache and among the new tokens.
+        ``ids`` and ``positions`` are ``[q]``; ``mask`` is an additive ``[q, q]`` mask among the new tokens
+        in the model's dtype (each sees every cached entry), or ``None`` for causal attention among them.
         The step's entries join the cache.
         """
         ...
@@ -82,7 +82,9 @@ class TransformersStep:
     def forward(
         self, ids: torch.Tensor, positions: torch.Tensor, keep: int | torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        attention = None if mask is None else step_masks(mask, positions, self.length, self.sliding)
+        attention = (
+            None if mask is None else step_masks(over_cache(mask, self.length), positions, self.length, self.sliding)
+        )
         out = self.model(
             input_ids=ids[None],
             position_ids=positions[None],
@@ -109,7 +111,11 @@ class TransformersStep:
         self.cache.crop(-(step_size - 1 - accepted))
 
 
-def causal_mask(size: int, past: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``[size, past+size]`` additive mask: every cached entry, causal among the ``size`` new tokens."""
-    block = torch.full((size, size), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
-    return torch.cat([block.new_zeros(size, past), block], dim=1)
+def causal_mask(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[size, size]`` additive mask: causal among ``size`` new tokens."""
+    return torch.full((size, size), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+
+
+def over_cache(mask: torch.Tensor, past: int) -> torch.Tensor:
+    """A step's ``[q, q]`` mask among its tokens widened to ``[q, past + q]``: every cached entry seen."""
+    return torch.cat([mask.new_zeros(mask.shape[0], past), mask], dim=1)

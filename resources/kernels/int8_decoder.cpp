@@ -365,9 +365,9 @@ void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& pos
 }
 
 // model: the Int8Model; ids [q]: the step's tokens; positions [q]: each token's row of cos and sin [P, d] (fp32),
-// the rotary tables; cache: the Int8Cache, entries
-// [0, past) filled, this step's written at [past, past + q); mask [q, past + q] additive, or none for causal
-// attention; rows [r]: the rows whose logits are returned. Returns the logits [r, vocabulary] in fp32, and each
+// the rotary tables; cache: the Int8Cache, entries [0, past) filled, this step's written at [past, past + q);
+// mask [q, q] additive among the step's tokens (each sees every cache entry), or none for causal attention;
+// rows [r]: the rows whose logits are returned. Returns the logits [r, vocabulary] in fp32, and each
 // row's ranking (Ranking): the indices (int64) and the values of its kRanked highest logits [r, kRanked].
 std::tuple<at::Tensor, at::Tensor, at::Tensor> int8_decoder(const c10::intrusive_ptr<Int8Model>& model, const at::Tensor& ids,
                                                 const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& sin,
@@ -393,7 +393,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> int8_decoder(const c10::intrusive
   at::Tensor m;
   if (mask.has_value() && mask->defined()) {
     m = mask->to(at::kFloat).contiguous();
-    TORCH_CHECK(m.dim() == 2 && m.size(0) == q && m.size(1) == past + q, "int8_decoder: mask [q, past + q]");
+    TORCH_CHECK(m.dim() == 2 && m.size(0) == q && m.size(1) == q, "int8_decoder: mask [q, q]");
   }
   const at::Tensor r = rows.to(at::kLong).contiguous();
   TORCH_CHECK(r.dim() == 1, "int8_decoder: rows [r]");

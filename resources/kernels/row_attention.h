@@ -109,7 +109,7 @@ struct AttentionShape {
   int64_t heads, kv_heads, d;
   const float* query;   // row m, head h at query[m * query_stride + h * d]
   int64_t query_stride;
-  const float* mask;    // [q, past + q] additive, or nullptr: causal (row m sees entries [0, past + m])
+  const float* mask;    // [q, q] additive among the new tokens (every cache entry seen), or nullptr: causal
   float scale;
   float* scores;        // [q, heads, past + q]
   float* denominators;  // [q, heads]
@@ -139,7 +139,7 @@ void score_block(const AttentionShape& a, const T* keys, int64_t h, int64_t j0, 
   for (int64_t m = 0; m < a.q; ++m) {
     const int64_t visible = std::min(a.visible(m) - j0, n);  // keys of this block the row sees
     if (visible <= 0) continue;
-    const float* mask = a.mask ? a.mask + m * length + j0 : nullptr;
+    const float* mask = a.mask ? a.mask + m * a.q : nullptr;  // entry j >= past: mask[j - past]
     for (int64_t g = 0; g < a.group(); ++g) {
       const int64_t head = h * a.group() + g;
       const float* query = a.query + m * a.query_stride + head * a.d;
@@ -154,7 +154,8 @@ void score_block(const AttentionShape& a, const T* keys, int64_t h, int64_t j0, 
         alignas(16) float dots[kScoreKeys];
         for (int i = 0; i < kScoreKeys; i += 4)
           _mm_store_ps(dots + i, _mm_mul_ps(hsum4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]), scale));
-        for (int64_t i = 0; i < kScoreKeys && k + i < visible; ++i) out[k + i] = dots[i] + (mask ? mask[k + i] : 0.0f);
+        for (int64_t i = 0, j = j0 + k; i < kScoreKeys && k + i < visible; ++i, ++j)
+          out[k + i] = dots[i] + (mask && j >= a.past ? mask[j - a.past] : 0.0f);
       }
     }
   }

@@ -135,7 +135,8 @@ class Int8Decoder:
         logits, NaN first, equal values by index (the first is torch.max's choice): ``ids`` ``[q]``, each token's row
         ``positions`` ``[q]`` of the rotary tables ``cos`` and ``sin`` ``[P, head_dim]`` (fp32,
         :class:`~core.runtime.rotary.RotaryTable`); the :meth:`hold_cache` of the caches, with ``past``
-        entries, this step's written after them; ``mask`` ``[q, past + q]`` additive, or ``None`` (causal).
+        entries, this step's written after them; ``mask`` ``[q, q]`` additive among the step's tokens (each sees every
+        cached entry), or ``None`` (causal).
         The kernel looks up the tokens' embeddings itself."""
         return torch.ops.lookahead.int8_decoder(self.tensors, ids, positions, cos, sin, cache, past, mask, rows)
 

@@ -1,5 +1,5 @@
-"""The decoder's own behaviour: the Jacobi branch alone, switching settings mid-answer, the mask
-buffer, and clear errors for what it cannot do."""
+"""The decoder's own behaviour: the Jacobi branch alone, switching settings mid-answer, a step's mask,
+and clear errors for what it cannot do."""
 
 from __future__ import annotations
 
@@ -62,22 +62,26 @@ def test_switching_settings_every_step_keeps_greedy_output_exact(seed: int) -> N
     assert decoding.stats.mode == "auto"
 
 
-def test_step_mask_is_one_buffer_reused_across_steps(monkeypatch) -> None:
+def test_a_steps_mask_covers_its_own_tokens_and_is_its_shapes(monkeypatch) -> None:
+    """A lookahead step's mask is ``[q, q]`` among its tokens (every cached entry is seen) and belongs to the
+    step's shape, made once: steps of one shape pass the same tensor, and nothing writes into it."""
     from core.runtime.lean_step import LlamaStep
 
     model = make_model(tiny_llama_config(96), seed=3)
-    pointers: set[int] = set()
+    passed: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # tokens fed, the mask, its values then
     forward = LlamaStep.forward
 
     def record(self, ids, positions, keep, mask=None):
         if mask is not None:
-            pointers.add(mask.untyped_storage().data_ptr())
+            passed.append((len(ids), mask, mask.clone()))
         return forward(self, ids, positions, keep, mask)
 
     monkeypatch.setattr(LlamaStep, "forward", record)
     decoding = Decoding(model, list(range(3, 40)), lookahead=LookaheadConfig(4, 4, 4), max_new_tokens=30)
     list(decoding)
-    assert decoding.stats.steps > 5 and len(pointers) == 1
+    assert decoding.stats.steps > 5 and len(passed) == decoding.stats.steps - 1  # every step after the prompt
+    assert all(mask.shape == (fed, fed) and torch.equal(mask, then) for fed, mask, then in passed)
+    assert len({id(mask) for _, mask, _ in passed}) < len(passed)
 
 
 def test_a_batch_of_several_sequences_is_refused_clearly() -> None:

@@ -123,14 +123,14 @@ def test_the_decoder_computes_the_model_with_rounded_activations(config: dict) -
     assert torch.equal(logits.argmax(-1), expected.argmax(-1))
 
 
-def tree_mask(rows: int, past: int, generator: torch.Generator) -> torch.Tensor:
-    """Every row sees the cache, itself and a random subset of the rows before it (a lookahead step's tree)."""
-    mask = torch.full((rows, past + rows), float("-inf"))
-    mask[:, :past] = 0
+def tree_mask(rows: int, generator: torch.Generator) -> torch.Tensor:
+    """Among a step's rows: each sees itself and a random subset of the rows before it (a lookahead step's
+    tree); every row sees the whole cache."""
+    mask = torch.full((rows, rows), float("-inf"))
     for row in range(rows):
         seen = torch.rand(row, generator=generator) < 0.5
-        mask[row, past : past + row][seen] = 0
-        mask[row, past + row] = 0
+        mask[row, :row][seen] = 0
+        mask[row, row] = 0
     return mask
 
 
@@ -148,12 +148,12 @@ def test_a_token_gets_the_logits_of_its_own_1_token_step(rows: int, cache_dtype:
         step(torch.randint(3, 96, (past,), generator=generator), torch.arange(past), 0, rows=torch.arange(0))
         ids = torch.randint(3, 96, (rows,), generator=generator)
         positions = past + torch.randint(0, rows, (rows,), generator=generator)  # a tree's depths
-        mask = tree_mask(rows, past, generator)
+        mask = tree_mask(rows, generator)
         together = step(ids, positions, past, mask)
         kept = torch.tensor([rows - 1, 0])
         assert torch.equal(step(ids, positions, past, mask, rows=kept), together[kept])
         for row in range(rows):
-            seen = (mask[row] == 0).nonzero()[:-1, 0]  # the entries before its own
+            seen = torch.cat([torch.arange(past), past + (mask[row] == 0).nonzero()[:-1, 0]])  # before its own
             alone = Step(model, cache_dtype)
             for mine, whole in zip(alone.keys + alone.values, step.keys + step.values):
                 mine[: len(seen)] = whole[seen]
@@ -186,7 +186,7 @@ def test_bad_inputs_are_clear_errors() -> None:
     model = int8_model()
     step = Step(model)
     ids = torch.tensor([5, 6, 7])
-    with pytest.raises(RuntimeError, match=r"mask \[q, past \+ q\]"):
+    with pytest.raises(RuntimeError, match=r"mask \[q, q\]"):
         step(ids, torch.arange(3), 0, torch.zeros(3, 4))
     with pytest.raises(RuntimeError, match="rows within the step"):
         step(ids, torch.arange(3), 0, rows=torch.tensor([3]))

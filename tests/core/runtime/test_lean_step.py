@@ -35,12 +35,11 @@ def _tiny(kind: str, seed: int = 0, **extra):
     return make_model(config, seed=seed)
 
 
-def _mask(q: int, past: int, allowed: torch.Tensor | None = None) -> torch.Tensor:
-    """``[q, past+q]`` additive mask: the cache, plus ``allowed`` (causal by default) among the new tokens."""
+def _mask(q: int, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """``[q, q]`` additive mask among the new tokens: ``allowed`` (causal by default)."""
     if allowed is None:
         allowed = torch.ones(q, q, dtype=torch.bool).tril()
-    block = torch.zeros(q, q).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    return torch.cat([torch.zeros(q, past), block], dim=1)
+    return torch.zeros(q, q).masked_fill(~allowed, torch.finfo(torch.float32).min)
 
 
 @pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2"])
@@ -57,7 +56,7 @@ def test_logits_equal_transformers_through_prefill_steps_and_compaction(kind: st
             positions = past + torch.tensor([0, 1, 1, 2, 3, 2][:q])  # branches share positions, as lookahead's do
             allowed = torch.eye(q, dtype=torch.bool)
             allowed[:, 0] = True
-            mask = None if q == 1 else _mask(q, past, allowed)
+            mask = None if q == 1 else _mask(q, allowed)
             keep = torch.arange(q) if q > 1 else 1
             got, want = lean.forward(ids, positions, keep, mask), reference.forward(ids, positions, keep, mask)
             if mask is None:
@@ -78,7 +77,7 @@ def test_a_causal_multi_token_step_after_the_cache_matches_transformers() -> Non
         lean.forward(ids[:15], torch.arange(15), 1)
         reference.forward(ids[:15], torch.arange(15), 1)
         got = lean.forward(ids[15:], torch.arange(15, 27), 4)
-        want = reference.forward(ids[15:], torch.arange(15, 27), 4, _mask(12, 15))
+        want = reference.forward(ids[15:], torch.arange(15, 27), 4, _mask(12))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
