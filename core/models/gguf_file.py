@@ -13,10 +13,15 @@ from core.progress import ProgressCallback, no_progress
 CONVERTED_MARKER = ".converted"
 
 
-def validate_gguf(path: Path) -> str:
-    """Check that ``path`` is a readable GGUF of an architecture transformers can load; return it."""
+def validate_gguf_path(path: Path) -> None:
+    """A GGUF source's file must exist."""
     if not path.is_file():
         raise ModelNotFoundError(f"The GGUF file {path} does not exist.", "Check the path, or choose another model.")
+
+
+def validate_gguf(path: Path) -> str:
+    """Check that ``path`` is a readable GGUF of an architecture transformers can load; return it."""
+    validate_gguf_path(path)
     from gguf import GGUFReader  # gguf (and numpy) load only when a GGUF file is chosen
 
     try:

@@ -27,6 +27,7 @@ from core.runtime.compiled.step import MIN_CACHED, CompiledInputs
 from core.runtime.kv_cache import StaticKVCache
 from core.runtime.rotary import RotaryTable
 from core.runtime.step import argmax, causal_mask, over_cache, ranked
+from core.runtime.weights.blocks import activation_dtype
 
 COMPILED_LAYERS = "compiled layers"
 """What torch's profiler calls the compiled layers of a step (it does not see into their code)."""
@@ -170,11 +171,10 @@ class LlamaStep:
         attending to the cache and causally to itself."""
         q = ids.shape[0]
         rows = _last_rows(q, keep) if isinstance(keep, int) else keep
-        dtype = decoder.embeddings.dtype
         if self._rotary is None:
-            self._rotary = RotaryTable(self.model.model.rotary_emb, dtype, ids.device)
+            self._rotary = RotaryTable(self.model.model.rotary_emb, activation_dtype(self.model), ids.device)
         positions, cos, sin = self._rotary.lookup(positions, self.cache.capacity)
-        keys, values = self.cache.all_buffers(self.kv_heads, self.head_dim, dtype, ids.device)
+        keys, values = self.cache.all_buffers(self.kv_heads, self.head_dim, decoder.cache_dtype, ids.device)
         if self._held_cache is None or self._held_cache[0] is not keys[0]:  # made, or grown into new buffers
             self._held_cache = keys[0], decoder.hold_cache(keys, values)
         chunk = q if mask is not None else PROMPT_CHUNK

@@ -16,6 +16,7 @@ from core.runtime.architecture import supports_llama_step
 from core.runtime.compiled.step import CompiledStep
 from core.runtime.lean_step import LlamaStep
 from core.runtime.step import ModelStep, TransformersStep
+from core.runtime.weights.blocks import activation_dtype
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class PreparedModel:
     @property
     def dtype(self) -> torch.dtype:
         """The activations' dtype: the input embedding's."""
-        return self.model.get_input_embeddings().weight.dtype
+        return activation_dtype(self.model)
 
     def step(self, capacity: int, *, lookahead: bool) -> ModelStep:
         """A new step with an empty KV cache, on the fastest implementation that runs the model exactly;

@@ -3,8 +3,9 @@
 // Every decoder layer, then the final norm and the LM head on the rows kept, in one call and one parallel
 // region: the threads meet at a barrier between the layer's parts (8 a layer) instead of forking and
 // joining for every operator (about 300 parallel regions a step through compiled layers, a quarter of a
-// step's time spent waiting), and nothing is allocated or converted per operator. The products are
-// int8_products.h's (integer activations, exact int32 sums), the attention row_attention.h's, and
+// step's time spent waiting), and nothing is allocated or converted per operator. Each weight is int8 with a
+// scale per output channel (int8_products.h) or a GGUF file's blocks as stored, Q4_K, Q6_K, Q5_0 or Q8_0
+// (block_products.h): both multiply integer activations with exact int32 sums. The attention is row_attention.h's, and
 // every other part (norms, rotary embedding, SiLU, residuals) runs each row on its own in fp32 in a fixed
 // order. So a row's logits do not depend on the rows beside it: every token of a lookahead step gets
 // exactly the logits a 1-token step gives it, and greedy lookahead equals greedy plain decoding bit for bit.
@@ -24,15 +25,18 @@
 #include <utility>
 #include <vector>
 
+#include "block_products.h"
 #include "int8_products.h"
 #include "row_attention.h"
 
 namespace lookahead {
 namespace {
 
-constexpr int64_t kLayerTensors = 12;  // norm1, norm2, then qkv, o, gate, up, down weights, then their scales
+constexpr int64_t kProjections = 7;    // q, k, v, o, gate, up, down
+constexpr int64_t kLayerTensors = 2 + 2 * kProjections;  // norm1, norm2, then the 7 weights, then their scales
 constexpr int64_t kHeadTensors = 3;    // the final norm, the head's weight, its scales
 constexpr int64_t kLayerBiases = 4;    // qkv, o, gate_up (gate then up), down (the head's last)
+constexpr int64_t kInt8 = 0;           // a weight's format: int8 with a scale per channel (else a GGUF block format)
 
 // A row's RMS norm in fp32: sum of squares in a fixed order (8 lanes, then their tree), then weight * (x / rms).
 void rms_norm(const float* x, const float* weight, int64_t H, float eps, float* out) {
@@ -74,9 +78,13 @@ void silu_times(float* gate, const float* up, int64_t n) {
   }
 }
 
-// Whether w is an N x K weight as the products read it: packed (int8_pack) or int8 [N, K].
-bool reads(const at::Tensor& w, int64_t N, int64_t K) {
+// Whether w is an N x K weight of `format` as the products read it: a GGUF block format's rows of blocks
+// (uint8 [N, row bytes]), or int8 packed (int8_pack) or as it is [N, K].
+bool reads(const at::Tensor& w, int64_t format, int64_t N, int64_t K) {
   if (!w.is_contiguous()) return false;
+  if (format != kInt8)
+    return is_block_format(format) && K % block_weights(format) == 0 && w.scalar_type() == at::kByte && w.dim() == 2 &&
+           w.size(0) == N && w.size(1) == block_row_bytes(format, K);
 #ifdef LOOKAHEAD_PACKED_WEIGHTS
   return w.scalar_type() == at::kByte && w.dim() == 3 && w.size(0) == (N + kChannelBlock - 1) / kChannelBlock &&
          w.size(1) == packed_quads(K) && w.size(2) == 4 * kChannelBlock;
@@ -157,40 +165,71 @@ void store(T* cache, const float* from, int64_t d) {
 
 }  // namespace
 
-// An int8 model's tensors as int8_decoder reads them, checked once: a step passes this one object (the
-// dispatcher converts every tensor of a list argument on every call, and a model has a few hundred).
-// embeddings [vocabulary, H] (fp32, bf16 or fp16): the model's embedding table. weights: per layer norm1, norm2
-// (fp32), the qkv, o, gate, up and down int8 weights (as int8_pack made them where the products read packed
-// weights), their fp32 scales; then the final norm, the head's weight and scales. biases: per layer qkv, o,
-// gate_up (gate then up), down, then the head's; an empty tensor where there is none.
+// One projection's weight as the products read it: int8 with a scale per output channel (packed where the products
+// read packed weights), or a GGUF block format read as stored.
+struct Matrix {
+  int64_t format, N, K;
+  const void* data;
+  const float* scales;  // kInt8 only
+
+  BlockMatrix blocks() const { return {format, N, K, block_row_bytes(format, K), static_cast<const uint8_t*>(data)}; }
+};
+
+// A model's tensors as int8_decoder reads them, checked once: a step passes this one object (the dispatcher
+// converts every tensor of a list argument on every call, and a model has a few hundred).
+// embeddings [vocabulary, H]: the model's embedding table, fp32, bf16 or fp16 (embedding_format kInt8), or a GGUF
+// block format's rows (uint8). weights: per layer norm1, norm2 (fp32), the q, k, v, o, gate, up and down weights,
+// their fp32 scales (empty for block formats); then the final norm, the head's weight and scales. formats: each
+// projection's (per layer 7, then the head's): kInt8 (as int8_pack made them where the products read packed
+// weights) or a GGUF type id. biases: per layer qkv, o, gate_up (gate then up), down, then the head's; an empty
+// tensor where there is none.
 struct Int8Model : torch::CustomClassHolder {
   at::Tensor embeddings;
+  int64_t embedding_format;
   std::vector<at::Tensor> weights, biases;
-  std::vector<const void*> data;             // each weight's data: a step reads no tensor's metadata (each a few
-                                            // cache misses once the weights streamed through)
+  std::vector<Matrix> matrices;             // per layer q, k, v, o, gate, up, down, then the head: a step reads no
+                                            // tensor's metadata (each a few cache misses once the weights streamed through)
+  std::vector<const float*> norms;          // per layer norm1, norm2, then the final norm
   std::vector<const float*> bias_pointers;  // nullptr: no bias
-  int64_t layers, heads, kv_heads, head_dim;
+  int64_t layers, heads, kv_heads, head_dim, hidden, intermediate, vocabulary;
   float eps, head_eps;
 
-  Int8Model(at::Tensor embeddings_, std::vector<at::Tensor> weights_, std::vector<at::Tensor> biases_, int64_t heads_,
-            int64_t kv_heads_, double eps_, double head_eps_)
-      : embeddings(std::move(embeddings_)), weights(std::move(weights_)), heads(heads_), kv_heads(kv_heads_),
-        eps(static_cast<float>(eps_)), head_eps(static_cast<float>(head_eps_)) {
+  Int8Model(at::Tensor embeddings_, int64_t embedding_format_, std::vector<at::Tensor> weights_, std::vector<int64_t> formats,
+            std::vector<at::Tensor> biases_, int64_t heads_, int64_t kv_heads_, double eps_, double head_eps_)
+      : embeddings(std::move(embeddings_)), embedding_format(embedding_format_), weights(std::move(weights_)),
+        heads(heads_), kv_heads(kv_heads_), eps(static_cast<float>(eps_)), head_eps(static_cast<float>(head_eps_)) {
     TORCH_CHECK(weights.size() > kHeadTensors && (weights.size() - kHeadTensors) % kLayerTensors == 0,
                 "Int8Model: ", kLayerTensors, " tensors a layer and ", kHeadTensors, " for the head");
     layers = static_cast<int64_t>(weights.size() - kHeadTensors) / kLayerTensors;
+    TORCH_CHECK(static_cast<int64_t>(formats.size()) == layers * kProjections + 1, "Int8Model: ", kProjections,
+                " formats a layer and one for the head");
     TORCH_CHECK(static_cast<int64_t>(biases_.size()) == layers * kLayerBiases + 1, "Int8Model: ", kLayerBiases,
                 " biases a layer and one for the head");
-    TORCH_CHECK(embeddings.dim() == 2 && embeddings.is_contiguous() &&
-                    (embeddings.scalar_type() == at::kFloat || embeddings.scalar_type() == at::kBFloat16 ||
-                     embeddings.scalar_type() == at::kHalf),
-                "Int8Model: an embedding table [vocabulary, H] of fp32, bf16 or fp16, contiguous");
-    const int64_t H = embeddings.size(1);
+    TORCH_CHECK(embeddings.dim() == 2 && embeddings.is_contiguous(), "Int8Model: an embedding table [vocabulary, H]");
+    vocabulary = embeddings.size(0);
+    if (embedding_format == kInt8) {
+      TORCH_CHECK(embeddings.scalar_type() == at::kFloat || embeddings.scalar_type() == at::kBFloat16 ||
+                      embeddings.scalar_type() == at::kHalf,
+                  "Int8Model: an embedding table of fp32, bf16 or fp16");
+      hidden = embeddings.size(1);
+    } else {
+      TORCH_CHECK(is_block_format(embedding_format) && embeddings.scalar_type() == at::kByte &&
+                      embeddings.size(1) % block_bytes(embedding_format) == 0,
+                  "Int8Model: an embedding table of a GGUF block format's rows");
+      hidden = embeddings.size(1) / block_bytes(embedding_format) * block_weights(embedding_format);
+    }
+    const int64_t H = hidden;
     TORCH_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, "Int8Model: ", heads, " heads over ", kv_heads);
-    head_dim = weights[7].numel() / (heads + 2 * kv_heads);
-    TORCH_CHECK(weights[7].numel() == (heads + 2 * kv_heads) * head_dim && attention_supports(head_dim),
+    auto channels = [&](int64_t i) {  // a weight's output channels: its scales' for int8, else its rows
+      return formats[i] == kInt8 ? weights[(i / kProjections) * kLayerTensors + 2 + kProjections + i % kProjections].numel()
+                                 : weights[(i / kProjections) * kLayerTensors + 2 + i % kProjections].size(0);
+    };
+    head_dim = channels(0) / heads;
+    TORCH_CHECK(channels(0) == heads * head_dim && channels(1) == kv_heads * head_dim && channels(2) == kv_heads * head_dim &&
+                    attention_supports(head_dim),
                 "Int8Model: head_dim ", head_dim, " not supported");
-    const int64_t I = weights[9].numel();
+    intermediate = channels(4);
+    const int64_t I = intermediate;
     TORCH_CHECK(!kByteActivations || std::max(H, I) <= INT32_MAX / (255 * 127), "Int8Model: too many inputs for int32 sums");
     for (int64_t l = 0; l <= layers; ++l) {
       const int64_t first = l * kLayerTensors;
@@ -198,16 +237,23 @@ struct Int8Model : torch::CustomClassHolder {
       for (int64_t n = 0; n < (head ? 1 : 2); ++n) {
         const at::Tensor& norm = weights[first + n];
         TORCH_CHECK(norm.scalar_type() == at::kFloat && norm.is_contiguous() && norm.numel() == H, "Int8Model: fp32 norms");
+        norms.push_back(norm.data_ptr<float>());
       }
-      for (int64_t p = 0; p < (head ? 1 : 5); ++p) {  // each projection's weight against its scales and inputs
+      for (int64_t p = 0; p < (head ? 1 : kProjections); ++p) {  // each projection's weight against its scales and inputs
+        const int64_t format = formats[l * kProjections + p];
         const at::Tensor& w = weights[first + (head ? 1 : 2 + p)];
-        const at::Tensor& scales = weights[first + (head ? 2 : 7 + p)];
-        const int64_t inputs = head || (p != 1 && p != 4) ? H : (p == 1 ? heads * head_dim : I);
-        TORCH_CHECK(reads(w, scales.numel(), inputs) && scales.scalar_type() == at::kFloat && scales.is_contiguous(),
-                    "Int8Model: weights as int8_pack makes them, and their fp32 scales");
+        const at::Tensor& scales = weights[first + (head ? 2 : 2 + kProjections + p)];
+        const int64_t inputs = head || (p != 3 && p != 6) ? H : (p == 3 ? heads * head_dim : I);
+        const int64_t N = format == kInt8 ? scales.numel() : w.size(0);
+        TORCH_CHECK(reads(w, format, N, inputs), "Int8Model: weights as int8_pack makes them or as GGUF stores them");
+        TORCH_CHECK(format != kInt8 || (scales.scalar_type() == at::kFloat && scales.is_contiguous()),
+                    "Int8Model: fp32 scales of the int8 weights");
+        TORCH_CHECK(p > 2 || head || N % kChannelBlock == 0, "Int8Model: q, k and v in whole blocks of channels");
+        matrices.push_back({format, N, inputs, w.data_ptr(), format == kInt8 ? scales.data_ptr<float>() : nullptr});
       }
     }
-    for (const at::Tensor& w : weights) data.push_back(w.data_ptr());
+    TORCH_CHECK(matrices[4].N == I && matrices[5].N == I && matrices[6].N == H && matrices[3].N == H,
+                "Int8Model: o, gate, up and down of the model's sizes");
     for (const at::Tensor& b : biases_) {
       biases.push_back(b.numel() ? b.to(at::kFloat).contiguous() : at::Tensor());
       bias_pointers.push_back(biases.back().defined() ? biases.back().data_ptr<float>() : nullptr);
@@ -242,12 +288,17 @@ struct Int8Cache : torch::CustomClassHolder {
 namespace {
 
 // The step's tokens' embeddings, widened to fp32: the residual stream's start [q, H].
-at::Tensor embed(const at::Tensor& ids, const at::Tensor& embeddings) {
-  const int64_t q = ids.size(0), H = embeddings.size(1);
+at::Tensor embed(const at::Tensor& ids, const Int8Model& model) {
+  const at::Tensor& embeddings = model.embeddings;
+  const int64_t q = ids.size(0), H = model.hidden;
   at::Tensor x = at::empty({q, H}, embeddings.options().dtype(at::kFloat));
   const int64_t* id = ids.data_ptr<int64_t>();
   float* xp = x.data_ptr<float>();
   for (int64_t m = 0; m < q; ++m) {
+    if (model.embedding_format != kInt8) {
+      dequantize_row(model.embedding_format, embeddings.data_ptr<uint8_t>() + id[m] * embeddings.size(1), H, xp + m * H);
+      continue;
+    }
     switch (embeddings.scalar_type()) {
       case at::kFloat: std::copy_n(embeddings.data_ptr<float>() + id[m] * H, H, xp + m * H); break;
       case at::kBFloat16: at::vec::convert(embeddings.data_ptr<c10::BFloat16>() + id[m] * H, xp + m * H, H); break;
@@ -257,18 +308,60 @@ at::Tensor embed(const at::Tensor& ids, const at::Tensor& embeddings) {
   return x;
 }
 
+// A product's input rows, rounded (each thread for itself, into its own buffers: the same bits in every thread,
+// and no wait for the others) for each format of weight they are multiplied with, each at most once.
+struct Inputs {
+  RoundedRows int8;
+  BlockRows blocks[2];  // blocks of 32 inputs, of 256
+  const float* x = nullptr;
+  int64_t M = 0, K = 0, stride = 0;
+  bool rounded[3] = {};
+
+  void set(const float* rows, int64_t count, int64_t inputs, int64_t row_stride) {
+    x = rows, M = count, K = inputs, stride = row_stride;
+    rounded[0] = rounded[1] = rounded[2] = false;
+  }
+  const RoundedRows& for_int8() {
+    if (!rounded[0]) int8.round(x, M, K, stride), rounded[0] = true;
+    return int8;
+  }
+  const BlockRows& for_blocks(int64_t format) {
+    const int which = activation_block(format) == 32 ? 0 : 1;
+    if (!rounded[1 + which]) blocks[which].round(x, M, K, stride, activation_block(format)), rounded[1 + which] = true;
+    return blocks[which];
+  }
+};
+
+// Output channels [n0, n1) of the inputs times one weight, whatever its format.
+void project(Inputs& in, const Matrix& w, int64_t n0, int64_t n1, const Output& to) {
+  if (n0 >= n1) return;
+  if (w.format == kInt8) return product(in.for_int8(), w.data, w.scales, n0, n1, to);
+  block_product(in.for_blocks(w.format), w.blocks(), n0, n1, to.out, to.stride, to.bias, to.accumulate);
+}
+
+// Channels [n0, n1) of projections laid side by side in one output (q, k and v): each part's share of them.
+void project_joined(Inputs& in, const Matrix* parts, int count, int64_t n0, int64_t n1, const Output& to) {
+  int64_t first = 0;
+  for (int p = 0; p < count; ++p) {
+    const int64_t last = first + parts[p].N;
+    const int64_t a = std::max(n0, first), b = std::min(n1, last);
+    if (a < b)
+      project(in, parts[p], a - first, b - first, Output{to.out + first, to.stride, to.bias ? to.bias + first : nullptr, to.accumulate});
+    first = last;
+  }
+}
+
 template <typename T>
 void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos,
             const at::Tensor& sin, const Int8Cache& cache, int64_t past, const float* mask,
             const at::Tensor& rows, at::Tensor& logits, at::Tensor& top_indices, at::Tensor& top_values) {
   const std::vector<const float*>& biases = model.bias_pointers;
-  const at::Tensor& embeddings = model.embeddings;
   const int64_t layers = model.layers, heads = model.heads, kv_heads = model.kv_heads;
   const float eps = model.eps, head_eps = model.head_eps;
-  const int64_t q = ids.size(0), H = embeddings.size(1), d = cos.size(1);
-  const int64_t Nqkv = model.weights[7].size(0), I = model.weights[9].size(0), V = logits.size(1), kept = rows.size(0);
-  const int64_t group = heads / kv_heads, length = past + q;
-  at::Tensor x = embed(ids, embeddings);  // the residual stream, fp32
+  const int64_t q = ids.size(0), H = model.hidden, d = cos.size(1);
+  const int64_t Nqkv = (heads + 2 * kv_heads) * d, I = model.intermediate, V = logits.size(1), kept = rows.size(0);
+  const int64_t length = past + q;
+  at::Tensor x = embed(ids, model);  // the residual stream, fp32
   const auto options = x.options();
   at::Tensor qkv = at::empty({q, Nqkv}, options), attention = at::empty({q, heads * d}, options);
   at::Tensor mlp = at::empty({q, I}, options), up = at::empty({q, I}, options), scores = at::empty({q, heads, length}, options);
@@ -291,21 +384,21 @@ void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& pos
 #pragma omp parallel num_threads(threads)
     {
       const int t = omp_get_thread_num(), team = omp_get_num_threads();
-      RoundedRows in;
-      in.q = static_cast<Activation*>(rounded[t].data_ptr());
+      Inputs in;
+      in.int8.q = static_cast<Activation*>(rounded[t].data_ptr());
       float* np = normed[t].data_ptr<float>();
       for (int64_t l = 0; l < layers; ++l) {
-        const void* const* w = &model.data[l * kLayerTensors];
-        auto floats = [w](int i) { return static_cast<const float*>(w[i]); };
+        const Matrix* w = &model.matrices[l * kProjections];
+        const float* const* norms = &model.norms[2 * l];
         const int64_t b = l * kLayerBiases;
         T* key_cache = static_cast<T*>(cache.key_data[l]);
         T* value_cache = static_cast<T*>(cache.value_data[l]);
         // q, k and v in equal shares of channels, then rotated and cached by whole heads (an odd number of heads
         // in whole heads left one thread waiting for the other)
-        for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, floats(0), H, eps, np + m * H);
-        in.round(np, q, H, H);
+        for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, norms[0], H, eps, np + m * H);
+        in.set(np, q, H, H);
         auto [c0, c1] = channel_share(Nqkv, t, team);
-        product(in, w[2], floats(7), c0, c1, Output{qkvp, Nqkv, biases[b], false});
+        project_joined(in, w, 3, c0, c1, Output{qkvp, Nqkv, biases[b], false});
 #pragma omp barrier
         auto [h0, h1] = share(heads + 2 * kv_heads, t, team);
         for (int64_t h = h0; h < h1; ++h)
@@ -328,29 +421,27 @@ void decode(const Int8Model& model, const at::Tensor& ids, const at::Tensor& pos
 #pragma omp barrier
         for (int64_t item = t; item < value_items(shape); item += team) weigh_values<T>(shape, value_cache, item);
 #pragma omp barrier
-        in.round(shape.out, q, heads * d, heads * d);
+        in.set(shape.out, q, heads * d, heads * d);
         auto [o0, o1] = channel_share(H, t, team);
-        product(in, w[3], floats(8), o0, o1, Output{xp, H, biases[b + 1], true});
+        project(in, w[3], o0, o1, Output{xp, H, biases[b + 1], true});
 #pragma omp barrier
         // gate and up of the same channels, then silu(gate) * up
-        for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, floats(1), H, eps, np + m * H);
-        in.round(np, q, H, H);
+        for (int64_t m = 0; m < q; ++m) rms_norm(xp + m * H, norms[1], H, eps, np + m * H);
+        in.set(np, q, H, H);
         auto [g0, g1] = channel_share(I, t, team);
         const float* gate_up_bias = biases[b + 2];
-        product(in, w[4], floats(9), g0, g1, Output{mlpp, I, gate_up_bias, false});
-        product(in, w[5], floats(10), g0, g1,
-                Output{upp, I, gate_up_bias ? gate_up_bias + I : nullptr, false});
+        project(in, w[4], g0, g1, Output{mlpp, I, gate_up_bias, false});
+        project(in, w[5], g0, g1, Output{upp, I, gate_up_bias ? gate_up_bias + I : nullptr, false});
         for (int64_t m = 0; m < q; ++m) silu_times(mlpp + m * I + g0, upp + m * I + g0, g1 - g0);
 #pragma omp barrier
-        in.round(mlpp, q, I, I);
-        product(in, w[6], floats(11), o0, o1, Output{xp, H, biases[b + 3], true});
+        in.set(mlpp, q, I, I);
+        project(in, w[6], o0, o1, Output{xp, H, biases[b + 3], true});
 #pragma omp barrier
       }
-      const void* const* head = &model.data[layers * kLayerTensors];
-      for (int64_t r = 0; r < kept; ++r) rms_norm(xp + kept_rows[r] * H, static_cast<const float*>(head[0]), H, head_eps, np + r * H);
-      in.round(np, kept, H, H);
+      for (int64_t r = 0; r < kept; ++r) rms_norm(xp + kept_rows[r] * H, model.norms[2 * layers], H, head_eps, np + r * H);
+      in.set(np, kept, H, H);
       auto [v0, v1] = channel_share(V, t, team);
-      product(in, head[1], static_cast<const float*>(head[2]), v0, v1, Output{out, V, biases[layers * kLayerBiases], false});
+      project(in, model.matrices[layers * kProjections], v0, v1, Output{out, V, biases[layers * kLayerBiases], false});
       for (int64_t r = 0; r < kept; ++r) rankings[t * kept + r] = rank(out + r * V + v0, v1 - v0, v0);
     }
   });
@@ -379,7 +470,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> int8_decoder(const c10::intrusive
   TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == at::kLong && ids.is_contiguous(), "int8_decoder: ids [q], int64");
   const int64_t q = ids.size(0);
   const int64_t* id = ids.data_ptr<int64_t>();
-  TORCH_CHECK(std::all_of(id, id + q, [&](int64_t i) { return i >= 0 && i < model->embeddings.size(0); }),
+  TORCH_CHECK(std::all_of(id, id + q, [&](int64_t i) { return i >= 0 && i < model->vocabulary; }),
               "int8_decoder: token ids within the embedding table");
   TORCH_CHECK(cos.dim() == 2 && cos.size(1) == d && cos.scalar_type() == at::kFloat && cos.is_contiguous() &&
                   sin.sizes() == cos.sizes() && sin.scalar_type() == at::kFloat && sin.is_contiguous(),
@@ -399,7 +490,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> int8_decoder(const c10::intrusive
   TORCH_CHECK(r.dim() == 1, "int8_decoder: rows [r]");
   const int64_t* kept = r.data_ptr<int64_t>();
   TORCH_CHECK(std::all_of(kept, kept + r.size(0), [&](int64_t k) { return k >= 0 && k < q; }), "int8_decoder: rows within the step");
-  at::Tensor logits = at::empty({r.size(0), model->weights[layers * kLayerTensors + 2].numel()}, cos.options());
+  at::Tensor logits = at::empty({r.size(0), model->matrices[layers * kProjections].N}, cos.options());
   const int64_t ranked = std::min<int64_t>(kRanked, logits.size(1));
   at::Tensor top_indices = at::empty({r.size(0), ranked}, ids.options()), top_values = at::empty({r.size(0), ranked}, cos.options());
   const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
@@ -430,7 +521,8 @@ at::Tensor int8_pack(const at::Tensor& weight) {
 
 TORCH_LIBRARY(lookahead, m) {
   m.class_<lookahead::Int8Model>("Int8Model")
-      .def(torch::init<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>, int64_t, int64_t, double, double>());
+      .def(torch::init<at::Tensor, int64_t, std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>, int64_t,
+                       int64_t, double, double>());
   m.class_<lookahead::Int8Cache>("Int8Cache").def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>>());
   m.def(
       "int8_decoder(__torch__.torch.classes.lookahead.Int8Model model, Tensor ids, Tensor positions, Tensor cos, "

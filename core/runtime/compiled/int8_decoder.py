@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from core.runtime.compiled import kernels
-from core.runtime.weights.fused import head_weights, layer_weights
+from core.runtime.weights.blocks import BlockEmbedding, BlockLinear
 
 PROMPT_CHUNK = 64
 """Tokens of a prompt fed at a time: the scores of a chunk ``[tokens, heads, cache]`` stay small."""
@@ -31,27 +31,41 @@ EMBEDDING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """The embedding tables the kernel reads (it looks up each token's row itself)."""
 
 
+INT8 = 0
+"""The kernel's format code of an int8 weight with a scale per output channel (a GGUF type id otherwise)."""
+
+
+def _projections(layer: Any) -> list[Any]:
+    attn, mlp = layer.self_attn, layer.mlp
+    return [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+
+
+def _format(linear: Any) -> int | None:
+    """The kernel's format of a projection's weight: int8 (``core.runtime.weights.quantized``), a GGUF block
+    format (``core.runtime.weights.blocks``), or ``None`` where it cannot read it."""
+    if isinstance(linear, BlockLinear):
+        return linear.format_id
+    qweight = getattr(linear, "qweight", None)
+    return INT8 if isinstance(qweight, torch.Tensor) and qweight.dtype == torch.int8 else None
+
+
 def why_not_int8_decoder(model: Any) -> str | None:
     """Why the int8 decoder cannot run ``model`` (``None`` when it can): it takes a LLaMA-family model whose
-    projections are joined int8 ones (``core.runtime.weights.fused``), an int8 head, and an x86-64 processor
-    with AVX2."""
+    projections and head are int8 or GGUF block weights, and an x86-64 processor with AVX2."""
     if not kernels.supported():
         return "our kernels need an x86-64 processor with AVX2 and the kernel sources"
-    weights, head = layer_weights(model), head_weights(model)
-    if weights is None or head is None:
-        return "no weights it can read"
-    if any(len(layer) != 2 + 3 * 4 for layer in weights):
-        return "projections not joined"
-    if any(t.dtype != torch.int8 for layer in weights for t in layer[2:6]) or head[1].dtype != torch.int8:
-        return "not int8 weights"
+    linears = [linear for layer in model.model.layers for linear in _projections(layer)] + [model.lm_head]
+    if any(_format(linear) is None for linear in linears):
+        return "not int8 or GGUF block weights"
     config = model.config
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     if head_dim not in HEAD_DIMS or heads % kv_heads:
         return f"head size {head_dim} with {heads} heads over {kv_heads}"
     embedding = model.model.embed_tokens
-    if type(embedding) is not torch.nn.Embedding or embedding.weight.dtype not in EMBEDDING_DTYPES:
-        return "an embedding other than a plain fp32, bf16 or fp16 table"
+    plain = type(embedding) is torch.nn.Embedding and embedding.weight.dtype in EMBEDDING_DTYPES
+    if not plain and not isinstance(embedding, BlockEmbedding):
+        return "an embedding other than a plain fp32, bf16 or fp16 table or GGUF blocks"
     return None
 
 
@@ -63,41 +77,58 @@ class Int8Decoder:
     kernels must be loaded (:func:`~core.runtime.compiled.kernels.load`)."""
 
     tensors: torch.ScriptObject  # lookahead's Int8Model
-    embeddings: torch.Tensor  # the model's embedding table [vocabulary, hidden]
+    cache_dtype: torch.dtype  # the KV cache's: the model's dtype, bf16 for GGUF block weights
     head_dim: int
     source: tuple[int, ...]  # where the model's tensors lie: a model converted since reads otherwise
+    formats: tuple[str, ...]  # the weights' formats, most bytes first (``int8``, ``Q4_K``, ...)
 
     @classmethod
     def of(cls, model: Any) -> Int8Decoder:
         """The decoder of ``model`` (which :func:`why_not_int8_decoder` accepts). Where the kernel multiplies
-        bytes (AVX-512 VNNI) it reads the weights packed for it: a copy of them, made here."""
-        weights, head = layer_weights(model), head_weights(model)
-        assert weights is not None and head is not None
+        bytes (AVX-512 VNNI) it reads int8 weights packed for it: a copy of them, made here. GGUF blocks are
+        read where they lie."""
         packs = kernels.packs_weights()
+        formats: list[int] = []
+        bytes_by_format: dict[str, int] = {}
 
-        def read(weight: torch.Tensor) -> torch.Tensor:
-            return torch.ops.lookahead.int8_pack(weight) if packs else weight
+        def matrix(linear: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            """The weight as the kernel reads it, and its fp32 scales (empty for blocks); notes its format."""
+            code = _format(linear)
+            assert code is not None
+            formats.append(code)
+            if code == INT8:
+                weight = linear.qweight.contiguous()
+                bytes_by_format["int8"] = bytes_by_format.get("int8", 0) + weight.numel()
+                packed = torch.ops.lookahead.int8_pack(weight) if packs else weight
+                return packed, linear.scales.float().contiguous()
+            name = linear.format_name
+            bytes_by_format[name] = bytes_by_format.get(name, 0) + linear.blocks.numel()
+            return linear.blocks, torch.empty(0)
 
         tensors: list[torch.Tensor] = []
         biases: list[torch.Tensor | None] = []
-        for layer in weights:
-            norms, (qkv, o, gate_up, down), scales, layer_biases = layer[:2], layer[2:6], layer[6:10], layer[10:14]
-            half = gate_up.shape[0] // 2  # type: ignore[union-attr]
-            projections = (qkv, o, gate_up[:half], gate_up[half:], down)  # type: ignore[index]
-            qkv_scales, o_scales, gate_up_scales, down_scales = (s.float().contiguous() for s in scales)  # type: ignore[union-attr]
-            tensors += [*(n.float().contiguous() for n in norms), *(read(p) for p in projections)]  # type: ignore[union-attr,arg-type]
-            tensors += [qkv_scales, o_scales, gate_up_scales[:half], gate_up_scales[half:], down_scales]
-            biases += [None if b is None else b.float().contiguous() for b in layer_biases]
-        norm, weight, scales, bias = head
-        assert scales is not None
-        tensors += [norm.float().contiguous(), read(weight), scales.float().contiguous()]
-        biases.append(None if bias is None else bias.float().contiguous())
+        for layer in model.model.layers:
+            q, k, v, o, gate, up, down = _projections(layer)
+            norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+            read = [matrix(linear) for linear in (q, k, v, o, gate, up, down)]
+            tensors += [*(n.float().contiguous() for n in norms), *(w for w, _ in read), *(s for _, s in read)]
+            biases += [_joined_bias([q, k, v]), _bias(o), _joined_bias([gate, up]), _bias(down)]
+        weight, scales = matrix(model.lm_head)
+        tensors += [model.model.norm.weight.float().contiguous(), weight, scales]
+        biases.append(_bias(model.lm_head))
         config = model.config
         heads = config.num_attention_heads
-        embeddings = model.model.embed_tokens.weight.detach().contiguous()
+        embedding = model.model.embed_tokens
+        if isinstance(embedding, BlockEmbedding):
+            table, table_format, cache_dtype = embedding.blocks, embedding.format_id, torch.bfloat16
+        else:
+            table, table_format = embedding.weight.detach().contiguous(), INT8
+            cache_dtype = table.dtype if table.dtype != torch.float16 else torch.float32
         held = torch.classes.lookahead.Int8Model(
-            embeddings,
+            table,
+            table_format,
             tensors,
+            formats,
             [torch.empty(0) if b is None else b for b in biases],  # empty: no bias
             heads,
             config.num_key_value_heads,
@@ -105,7 +136,8 @@ class Int8Decoder:
             float(model.model.norm.variance_epsilon),
         )
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        return cls(held, embeddings, head_dim, _source(model))
+        order = tuple(sorted(bytes_by_format, key=bytes_by_format.__getitem__, reverse=True))
+        return cls(held, cache_dtype, head_dim, _source(model), order)
 
     def reads(self, model: Any) -> bool:
         """Whether this decoder still reads ``model``'s tensors: none converted or replaced since. Asked for
@@ -139,6 +171,21 @@ class Int8Decoder:
         cached entry), or ``None`` (causal).
         The kernel looks up the tokens' embeddings itself."""
         return torch.ops.lookahead.int8_decoder(self.tensors, ids, positions, cos, sin, cache, past, mask, rows)
+
+
+def _bias(linear: Any) -> torch.Tensor | None:
+    bias = getattr(linear, "bias", None)
+    return None if bias is None else bias.detach().float().contiguous()
+
+
+def _joined_bias(linears: list[Any]) -> torch.Tensor | None:
+    """The projections' biases one after another (the kernel adds them to their joined outputs), or ``None``."""
+    parts = [_bias(linear) for linear in linears]
+    if all(part is None for part in parts):
+        return None
+    return torch.cat(
+        [torch.zeros(linear.out_features) if part is None else part for part, linear in zip(parts, linears)]
+    )
 
 
 def _source(model: Any) -> tuple[int, ...]:

@@ -29,7 +29,7 @@ import torch
 
 from core.runtime.compiled.toolchain import cache_dir, vector_instructions, vector_isa_from_flags
 
-SOURCES = ("int8_decoder.cpp", "int8_products.h", "row_attention.h")
+SOURCES = ("int8_decoder.cpp", "int8_products.h", "block_products.h", "row_attention.h")
 """The C++ sources: the operator and the headers it includes (all of them key the built library)."""
 
 

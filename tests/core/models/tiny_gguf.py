@@ -104,3 +104,104 @@ def _finish(w: gguf.GGUFWriter) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+BLOCK_SCALES = {  # (offset of each fp16 scale in a block, its value): weights of about +-0.05
+    gguf.GGMLQuantizationType.Q4_K: ((0, 1e-4), (2, 8e-4)),
+    gguf.GGMLQuantizationType.Q6_K: ((208, 2e-5),),
+    gguf.GGMLQuantizationType.Q5_0: ((0, 4e-3),),
+    gguf.GGMLQuantizationType.Q8_0: ((0, 4e-4),),
+}
+
+
+def random_blocks(rows: int, inputs: int, kind: gguf.GGMLQuantizationType, rng: np.random.Generator) -> np.ndarray:
+    """A weight ``[rows, inputs]`` of random blocks of a GGUF type (any bits are a valid block but the fp16
+    scales, which are set): uint8 ``[rows, row bytes]``."""
+    weights, size = gguf.GGML_QUANT_SIZES[kind]
+    blocks = rng.integers(0, 256, (rows, inputs // weights, size), dtype=np.uint8)
+    for offset, value in BLOCK_SCALES[kind]:
+        scale = (rng.uniform(0.5, 1.5, (rows, inputs // weights)) * value).astype(np.float16)
+        blocks[:, :, offset : offset + 2] = scale.view(np.uint8).reshape(rows, inputs // weights, 2)
+    return blocks.reshape(rows, -1)
+
+
+Q = gguf.GGMLQuantizationType
+MIXED_TYPES = {  # every block format the decoder reads, in every place
+    "token_embd": Q.Q8_0,
+    "attn_q": Q.Q4_K,
+    "attn_k": Q.Q6_K,
+    "attn_v": Q.Q8_0,
+    "attn_output": Q.Q5_0,
+    "ffn_gate": Q.Q4_K,
+    "ffn_up": Q.Q6_K,
+    "ffn_down": Q.Q5_0,
+    "output": Q.Q6_K,
+}
+
+
+def write_tiny_quantized_gguf(
+    path: Path,
+    architecture: str = "qwen2",
+    seed: int = 0,
+    types: dict[str, gguf.GGMLQuantizationType] | None = None,
+    float_tensors: tuple[str, ...] = (),
+    layers: int = 2,
+) -> None:
+    """Write a tiny model of ``architecture`` (``qwen2``: with q/k/v biases; ``llama``) whose weights are random
+    blocks of the GGUF types ``types`` names (:data:`MIXED_TYPES` by default), as a quantized file stores them;
+    the tensors named in ``float_tensors`` (``blk.1.ffn_down`` say) are F16 instead. Hidden size 256 (the K-quants'
+    block), 4 heads of 64 over 2 kv heads, ``layers`` layers, the byte-level vocabulary and ChatML template above."""
+    types = {**MIXED_TYPES, **(types or {})}
+    rng = np.random.default_rng(seed)
+    tokens = [*_byte_tokens(), "<|endoftext|>", "<|im_start|>", "<|im_end|>", "\u0120t"]
+    hidden, intermediate, heads, kv_heads = 256, 512, 4, 2
+    head_dim = hidden // heads
+    w = gguf.GGUFWriter(str(path), architecture)
+    w.add_name(f"tiny-{architecture}-blocks")
+    w.add_context_length(512)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(intermediate)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_rope_dimension_count(head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * 256 + [3, 3, 3, 1])
+    w.add_token_merges(["\u0120 t"])
+    w.add_bos_token_id(257)
+    w.add_eos_token_id(258)
+    w.add_pad_token_id(256)
+    w.add_chat_template(CHATML)
+
+    def weight(name: str, rows: int, inputs: int) -> None:
+        base = name.removesuffix(".weight").split(".")[-1]
+        if name.removesuffix(".weight") in float_tensors:
+            w.add_tensor(name, (rng.standard_normal((rows, inputs)) * 0.05).astype(np.float16))
+        else:
+            w.add_tensor(name, random_blocks(rows, inputs, types[base], rng), raw_dtype=types[base])
+
+    def norm(name: str) -> None:
+        w.add_tensor(name, (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
+
+    weight("token_embd.weight", len(tokens), hidden)
+    for i in range(layers):
+        norm(f"blk.{i}.attn_norm.weight")
+        weight(f"blk.{i}.attn_q.weight", heads * head_dim, hidden)
+        weight(f"blk.{i}.attn_k.weight", kv_heads * head_dim, hidden)
+        weight(f"blk.{i}.attn_v.weight", kv_heads * head_dim, hidden)
+        if architecture == "qwen2":
+            for part, rows in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
+                w.add_tensor(f"blk.{i}.attn_{part}.bias", (0.1 * rng.standard_normal(rows)).astype(np.float32))
+        weight(f"blk.{i}.attn_output.weight", hidden, heads * head_dim)
+        norm(f"blk.{i}.ffn_norm.weight")
+        weight(f"blk.{i}.ffn_gate.weight", intermediate, hidden)
+        weight(f"blk.{i}.ffn_up.weight", intermediate, hidden)
+        weight(f"blk.{i}.ffn_down.weight", hidden, intermediate)
+    norm("output_norm.weight")
+    weight("output.weight", len(tokens), hidden)
+    _finish(w)
