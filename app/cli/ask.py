@@ -122,13 +122,13 @@ def _answer(
             failure = outcome.failure.message if outcome is not None and outcome.failure else "the answer did not end"
             print(f"error: {failure}", file=sys.stderr)
             return 1
-        dtype = str(ready.loaded.dtype).removeprefix("torch.")  # what answered (the background work may change it)
+        ran = ready.info.precision  # what answered (the background work may change it)
         if background is not None and sys.stderr.isatty():  # a script is not kept waiting: the work stops at exit
             _finish(background, reports, ready)
         if args.stats and outcome.figures is not None:  # last: a script reads them off the last lines
             f = outcome.figures
             print(
-                f"{f.new_tokens} tokens, {f.tokens_per_second:.1f} tok/s, {f.tokens_per_step:.2f} tokens/step ({f.mode}; {dtype})",
+                f"{f.new_tokens} tokens, {f.tokens_per_second:.1f} tok/s, {f.tokens_per_step:.2f} tokens/step ({f.mode}; {ran})",
                 file=sys.stderr,
             )
             if mode == "auto":

@@ -172,6 +172,8 @@ def calibrate_or_plain(
 
 def _apply(loaded: LoadedModel, calibration: Calibration, progress: ProgressCallback) -> None:
     """Put the model in the dtype, int8 weights, weight layout and compiled step a stored calibration chose."""
+    if loaded.weights_as_stored:  # runs as it will from its first step
+        return
     _convert(loaded, calibration.dtype, calibration.quantization, calibration.layout)
     if not calibration.compiled and not calibration.compiled_rows:
         return
@@ -223,6 +225,9 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
     tries_dtypes = loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none"
     if tries_dtypes and loaded.dtype in (torch.float32, torch.bfloat16):
         calibration = _measure_variants(loaded, report, cancelled)
+    elif loaded.weights_as_stored:  # no variant, layout or compiled step to choose: the curve only
+        calibration = calibrate(loaded.prepared, progress=report, cancelled=cancelled)
+        record_compiled(calibration, loaded.prepared)
     else:
         loaded.prepared = fastest_step(loaded.model, cancelled)
         calibration = calibrate(loaded.prepared, progress=report, cancelled=cancelled)

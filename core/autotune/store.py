@@ -28,13 +28,14 @@ from core.runtime.architecture import step_kind
 log = logging.getLogger(__name__)
 
 CALIBRATION_VERSION = (
-    12  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step;
+    13  # 2: the lean LLaMA step's cost; 3: the CPU weight layout measured fastest; 4: the compiled step;
 )
 # 5: packed (fp32) weights compiled too, on a plain copy; 6: the compiled step's own int8 products and head (int8 may win now);
 # 7: lookahead's wider steps compiled too (the rows layer): a new curve; 8: int8 through our integer kernel (x86);
 # 9: that kernel streaming weight rows, attention through our kernel, int8's rows layer every step on AVX-512 too;
 # 10: byte activations with AVX-512 VNNI (wide steps cheaper); 11: int8 on x86 through the int8 decoder (every step
-# and the prompt in one call); 12: its weights packed for VNNI, AMX tiles for 2+ rows (wide steps cheaper)
+# and the prompt in one call); 12: its weights packed for VNNI, AMX tiles for 2+ rows (wide steps cheaper);
+# 13: GGUF files' weights as stored (Q4_K, Q6_K, Q5_0, Q8_0) in the int8 decoder
 
 Learned = dict[str, tuple[float, float]]
 """Setting label -> (tokens per step, tokens fed per step), measured on this model's answers."""

@@ -235,7 +235,7 @@ def compiled_step_missing(loaded: LoadedModel, calibration: Calibration, paths: 
     another compile cache): applying it would compile before the first answer, so it is prepared in
     the background instead."""
     compiled = calibration.compiled or calibration.compiled_rows
-    if not compiled or why_not_compilable(loaded.model, weights=False) is not None:
+    if not compiled or loaded.weights_as_stored or why_not_compilable(loaded.model, weights=False) is not None:
         return False
     set_compile_cache(paths.cache_dir)
     model = _one_layer(loaded.model)
@@ -267,8 +267,9 @@ def ready_message(auto: AutoTuning, speedup: float) -> str:
 
 def _shadow(loaded: LoadedModel) -> LoadedModel:
     """The model to prepare: on the CPU a copy sharing its weights (preparing converts and repacks them,
-    while answers run on the original); on a GPU the model itself (preparing only measures it there)."""
-    if loaded.device.type != "cpu":
+    while answers run on the original); on a GPU, or with weights as stored, the model itself (preparing only
+    measures it)."""
+    if loaded.device.type != "cpu" or loaded.weights_as_stored:  # the latter: nothing is converted
         return dataclasses.replace(loaded)
     return dataclasses.replace(loaded, prepared=PreparedModel(copy_sharing_weights(loaded.model)))
 

@@ -29,10 +29,14 @@ class ModelInfo:
     parameters: int
     load_seconds: float
     auto_reason: str = ""  # what Auto runs on this machine and why
+    decoder: str = ""  # where our int8 decoder runs the steps: its weights' formats, e.g. ``Q4_K/Q6_K``
 
     @property
     def precision(self) -> str:
-        """dtype and quantization, e.g. ``bf16`` or ``fp16 4bit``."""
+        """What the steps run on: the int8 decoder and its weights (``int8 decoder, Q4_K/Q6_K weights``), or the
+        dtype and quantization, e.g. ``bf16`` or ``fp16 4bit``."""
+        if self.decoder:
+            return f"int8 decoder, {self.decoder} weights"
         return self.dtype if self.quantization in ("none", "") else f"{self.dtype} {self.quantization}"
 
 
@@ -67,6 +71,7 @@ class ReadyModel:
     @property
     def info(self) -> ModelInfo:
         loaded = self.loaded
+        compiled = loaded.prepared.compiled
         return ModelInfo(
             loaded.name,
             loaded.device_info.label,
@@ -77,6 +82,7 @@ class ReadyModel:
             loaded.parameters,
             loaded.load_seconds,
             self.auto.reason,
+            "/".join(compiled.decoder.formats) if compiled is not None and compiled.decoder is not None else "",
         )
 
 
@@ -93,10 +99,11 @@ def make_ready(
     A calibration stored for this machine set-up is applied now (milliseconds, and loading the
     compiled step). Without one (or without its compiled step in the cache), ``background`` answers at
     once, eagerly and plainly, and leaves the work to the returned model's ``background`` (the caller
-    starts it); else it is measured now.
+    starts it); else it is measured now. Weights as stored (a GGUF file's, in the int8 decoder) are measured
+    now in any case: their curve takes seconds, and then the first answer runs Auto as the bench measures it.
     """
     pools = pools if pools is not None else ConversationPools()
-    stored = CalibrationStore.of(paths, loaded).read() if background else None
-    if background and (stored is None or compiled_step_missing(loaded, stored, paths)):
+    stored = CalibrationStore.of(paths, loaded).read() if background and not loaded.weights_as_stored else None
+    if background and not loaded.weights_as_stored and (stored is None or compiled_step_missing(loaded, stored, paths)):
         return ReadyModel(loaded, AutoTuning(MEASURING_REASON), pools, BackgroundCalibration(loaded, paths))
     return ReadyModel(loaded, calibrate_or_plain(loaded, paths, progress, cancel), pools)

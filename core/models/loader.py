@@ -6,6 +6,7 @@ import json
 import logging
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,16 @@ from core.models.errors import (
     TokenizerMissingError,
     UnsupportedArchitectureError,
 )
-from core.models.gguf_file import cached_gguf_checkpoint
+from core.models.gguf_file import cached_gguf_checkpoint, validate_gguf_path
+from core.models.gguf_model import ARCHITECTURES, gguf_architecture, load_gguf_model
 from core.models.hub import download_hub_model
 from core.models.options import LoadOptions, ModelSource
 from core.paths import AppPaths
 from core.progress import CancelToken, ProgressCallback, no_progress
+from core.runtime.compiled import kernels
+from core.runtime.compiled.int8_decoder import Int8Decoder, why_not_int8_decoder
+from core.runtime.compiled.step import CompiledStep
+from core.runtime.compiled.toolchain import set_compile_cache
 from core.runtime.memory import system_memory
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.quantized import quantize_model
@@ -58,6 +64,9 @@ class LoadedModel:
     load_seconds: float
     requested_dtype: str = "auto"  # what the options asked for; Auto may change ``dtype`` on the CPU
     requested_quantization: str = "auto"  # likewise: Auto may pick int8 weights on the CPU
+    weights_as_stored: bool = False
+    """A GGUF file's blocks run by the int8 decoder from the first step: the fastest path here already, nothing
+    to convert or compile, so preparing it for this machine only measures Auto's curve (seconds)."""
 
     @property
     def model(self) -> Any:
@@ -103,6 +112,10 @@ def load_model(
     def stage(text: str, lo: float, hi: float) -> ProgressCallback:
         return lambda inner, frac: progress(inner or text, lo + (hi - lo) * frac)
 
+    if source.kind == "gguf" and reads_as_stored(source, options):
+        loaded = _load_as_stored(source, options, paths, progress, cancel, start)
+        if loaded is not None:
+            return loaded
     folder = _local_folder(source, paths, stage("Preparing the model", 0.0, 0.4), cancel)
     _check(cancel)
     progress("Reading the model configuration", 0.45)
@@ -138,6 +151,75 @@ def load_model(
         load_seconds=time.perf_counter() - start,
         requested_dtype=options.dtype,
         requested_quantization=options.quantization,
+    )
+
+
+def reads_as_stored(source: ModelSource, options: LoadOptions) -> bool:
+    """Whether a GGUF source loads with its weights as the file stores them (``core.models.gguf_model``): on the
+    CPU, with dtype ``auto`` and quantization ``auto`` (or ``8bit``: the file's weights rounded to int8 at load),
+    where our kernels run. Another dtype or quantization asks for the dequantized model, through transformers."""
+    return (
+        source.kind == "gguf"
+        and options.dtype == "auto"
+        and options.quantization in ("auto", "8bit")
+        and resolve_device(options.device).type == "cpu"
+        and kernels.supported()
+    )
+
+
+def _load_as_stored(
+    source: ModelSource,
+    options: LoadOptions,
+    paths: AppPaths,
+    progress: ProgressCallback,
+    cancel: CancelToken | None,
+    start: float,
+) -> LoadedModel | None:
+    """The GGUF file's model with its weights as stored, run by the int8 decoder from the first step; ``None``
+    (then it loads through transformers) where the file holds another architecture or the kernels cannot be
+    built here."""
+    path = Path(source.location).expanduser()
+    validate_gguf_path(path)
+    if gguf_architecture(path) not in ARCHITECTURES:  # a damaged file is said by load_gguf_model below
+        log.info("%s loads through transformers: its architecture is not read as stored", path.name)
+        return None
+    set_compile_cache(paths.cache_dir)
+    building = not kernels.library_path().exists()
+    progress("Building the decoder's kernels (once, about 30 s)" if building else "Reading the model file", 0.1)
+    with ThreadPoolExecutor(1, thread_name_prefix="kernels") as pool:
+        kernels_loaded = pool.submit(kernels.load)  # a compiler child where missing, while the file is read
+        try:
+            built = load_gguf_model(path, paths.cache_dir, int8=options.quantization == "8bit")
+        except UnsupportedArchitectureError as err:
+            log.info("%s: %s", path.name, err.message)
+            return None
+        _check(cancel)
+        try:
+            kernels_loaded.result()
+        except Exception as err:  # no compiler, say: the dequantized model through transformers still answers
+            log.warning("%s loads through transformers: our kernels cannot be built here (%s)", path.name, err)
+            return None
+    reason = why_not_int8_decoder(built.model)
+    if reason is not None:
+        log.info("%s loads through transformers: %s", path.name, reason)
+        return None
+    decoder = Int8Decoder.of(built.model)
+    progress("Model ready", 1.0)
+    config = built.model.config
+    return LoadedModel(
+        prepared=PreparedModel(built.model, CompiledStep(None, None, decoder)),
+        tokenizer=built.tokenizer,
+        source=source,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        quantization="/".join(decoder.formats),
+        device_info=describe_device(torch.device("cpu")),
+        context_length=int(getattr(config, "max_position_embeddings", 0) or 2048),
+        parameters=built.parameters,
+        load_seconds=time.perf_counter() - start,
+        requested_dtype=options.dtype,
+        requested_quantization=options.quantization,
+        weights_as_stored=True,
     )
 
 

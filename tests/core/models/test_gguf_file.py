@@ -126,7 +126,9 @@ def test_gguf_missing_tensors_is_corrupt(
     write_tiny_llama_gguf(path)
     monkeypatch.undo()
     assert validate_gguf(path) == "llama"  # the file itself reads fine
-    with pytest.raises(CorruptModelError, match="lacks 9 weight tensors") as err:
+    with pytest.raises(CorruptModelError, match="has no tensor blk.1.attn_q.weight"):  # read as stored
         load_model(ModelSource("gguf", str(path)), LoadOptions(device="cpu"), isolated_paths)
+    with pytest.raises(CorruptModelError, match="lacks 9 weight tensors") as err:  # through transformers
+        load_model(ModelSource("gguf", str(path)), LoadOptions(device="cpu", quantization="none"), isolated_paths)
     assert "model.layers.1." in err.value.what
     assert not any((isolated_paths.models_dir / "gguf").glob("holes-*"))  # nothing half-converted is cached
