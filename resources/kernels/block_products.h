@@ -14,7 +14,6 @@
 // here: |q| <= 63 or, for Q8_0, |w| <= 128 against |x| <= 127) or, with AVX-512 VNNI, vpdpbusd on 256-bit vectors.
 #pragma once
 
-#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <cmath>
@@ -46,23 +45,25 @@ inline int64_t block_bytes(int64_t format) {
 // Inputs an activation block holds for a weight of this format.
 inline int64_t activation_block(int64_t format) { return block_weights(format); }
 
+// An fp16 scale as fp32, by the F16C instruction (c10's portable conversion took ~15 instructions, twice per
+// Q4_K block, a sixth of the block's work).
 inline float half_to_float(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
-  return c10::detail::fp16_ieee_to_fp32_value(bits);
+  return _cvtsh_ss(bits);
 }
 
 // A product's input rows rounded to int8 in blocks of `block` inputs (32 or 256): q [M, K], a scale per block
-// (amax / 127), the sums of every 16 rounded inputs.
+// (amax / 127), the sums of every 16 rounded inputs (|sum| <= 2032: int16, 16 to a vector).
 struct BlockRows {
   std::vector<int8_t> q;
   std::vector<float> scale;
-  std::vector<int32_t> sums;
+  std::vector<int16_t> sums;
   int64_t M = 0, K = 0, block = 0;
 
   const int8_t* row(int64_t m) const { return q.data() + m * K; }
   const float* scales(int64_t m) const { return scale.data() + m * (K / block); }
-  const int32_t* sixteens(int64_t m) const { return sums.data() + m * (K / 16); }
+  const int16_t* sixteens(int64_t m) const { return sums.data() + m * (K / 16); }
 
   void round(const float* x, int64_t rows, int64_t inputs, int64_t stride, int64_t block_size) {
     M = rows, K = inputs, block = block_size;
@@ -92,7 +93,7 @@ struct BlockRows {
           __m128i s = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
           s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
           s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-          sums[m * (K / 16) + (b * block + k) / 16] = _mm_cvtsi128_si32(s);
+          sums[m * (K / 16) + (b * block + k) / 16] = static_cast<int16_t>(_mm_cvtsi128_si32(s));
         }
       }
     }
@@ -110,6 +111,19 @@ inline __m256i dot_bytes(__m256i u, __m256i s) {
 
 // The int16 sums of adjacent byte pairs, 16 lanes (lanes 0-7: bytes 0-15, lanes 8-15: bytes 16-31).
 inline __m256i pair_bytes(__m256i u, __m256i s) { return _mm256_maddubs_epi16(u, s); }
+
+// acc + the int32 sums of adjacent int16 products (one instruction with VNNI; exact either way).
+inline __m256i add_pair_products(__m256i acc, __m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
+// 16 int16 lanes from 16 bytes at p: unsigned (minimums) or signed (scales).
+inline __m256i widen_unsigned(const uint8_t* p) { return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256i widen_signed(const int8_t* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -130,40 +144,63 @@ inline void q4_k_scales(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
 
 // Q4_K, 256 weights in 144 bytes: d, dmin (fp16), 12 bytes of scales and minimums, 128 bytes of nibbles (64
 // weights per 32 bytes: low nibbles the first sub-block of 32, high nibbles the second). w = d sc q - dmin m.
+// Q4_K's 8 scales (int16 lanes 0-7) and 8 minimums (lanes 8-15), unpacked from their 12 bytes with 32-bit
+// operations (ggml's own unpacking: the values q4_k_scales gives).
+inline __m256i q4_k_scales_and_mins(const uint8_t* packed) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+  const uint32_t mins_low = u[1] & kmask1;
+  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+  u[2] = mins_low;
+  u[0] &= kmask1;
+  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(u[3]), static_cast<int>(u[2]), static_cast<int>(u[1]),
+                                            static_cast<int>(u[0])));
+}
+
+// Byte shuffles that spread int16 lane j (of a 128-bit half) over all 8 lanes of the half.
+inline __m256i spread_lane(int j) {
+  return _mm256_set1_epi16(static_cast<int16_t>((2 * j) | ((2 * j + 1) << 8)));
+}
+
 template <int MB>
 inline void dot_q4_k(const uint8_t* w, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
   __m256 acc[MB];
-  float low[MB];
-  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps(), low[m] = 0.0f;
+  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
   const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i spread[8] = {spread_lane(0), spread_lane(1), spread_lane(2), spread_lane(3),
+                             spread_lane(4), spread_lane(5), spread_lane(6), spread_lane(7)};
   for (int64_t i = 0; i < blocks; ++i) {
     const uint8_t* b = w + i * 144;
     const float d = half_to_float(b), dmin = half_to_float(b + 2);
-    uint8_t scales[8], mins[8];
-    q4_k_scales(b + 4, scales, mins);
-    __m256i sums[MB];
-    for (int m = 0; m < MB; ++m) sums[m] = _mm256_setzero_si256();
+    const __m256i scales_and_mins = q4_k_scales_and_mins(b + 4);
+    const __m256i scales = _mm256_permute2x128_si256(scales_and_mins, scales_and_mins, 0x00);
+    const __m128i mins = _mm256_extracti128_si256(scales_and_mins, 1);
+    // each sub-block's minimum against its two sums of 16
+    const __m256i minimums = _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
+    __m256i sums[MB], more[MB];  // two chains of sums a row: each step waits on the one before in its own chain
+    for (int m = 0; m < MB; ++m) sums[m] = more[m] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i bits = load32(b + 16 + 32 * c);
       const __m256i lo = _mm256_and_si256(bits, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble);
-      const __m256i lo_scale = _mm256_set1_epi16(scales[2 * c]), hi_scale = _mm256_set1_epi16(scales[2 * c + 1]);
+      const __m256i lo_scale = _mm256_shuffle_epi8(scales, spread[2 * c]);
+      const __m256i hi_scale = _mm256_shuffle_epi8(scales, spread[2 * c + 1]);
       for (int m = 0; m < MB; ++m) {
         const int8_t* in = x.row(m0 + m) + i * 256 + 64 * c;
-        const __m256i a = _mm256_madd_epi16(pair_bytes(lo, load32(in)), lo_scale);
-        const __m256i e = _mm256_madd_epi16(pair_bytes(hi, load32(in + 32)), hi_scale);
-        sums[m] = _mm256_add_epi32(sums[m], _mm256_add_epi32(a, e));
+        sums[m] = add_pair_products(sums[m], pair_bytes(lo, load32(in)), lo_scale);
+        more[m] = add_pair_products(more[m], pair_bytes(hi, load32(in + 32)), hi_scale);
       }
     }
+    for (int m = 0; m < MB; ++m) sums[m] = _mm256_add_epi32(sums[m], more[m]);
     for (int m = 0; m < MB; ++m) {
       const float dx = x.scales(m0 + m)[i];
-      const int32_t* sixteen = x.sixteens(m0 + m) + i * 16;
-      int32_t minimum = 0;
-      for (int j = 0; j < 8; ++j) minimum += mins[j] * (sixteen[2 * j] + sixteen[2 * j + 1]);
+      const __m256i low = _mm256_madd_epi16(minimums, load32(x.sixteens(m0 + m) + i * 16));
       acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(sums[m]), acc[m]);
-      low[m] += dmin * dx * static_cast<float>(minimum);
+      acc[m] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * dx), _mm256_cvtepi32_ps(low), acc[m]);
     }
   }
-  for (int m = 0; m < MB; ++m) out[m] = hsum(acc[m]) - low[m];
+  for (int m = 0; m < MB; ++m) out[m] = hsum(acc[m]);
 }
 
 // Q6_K, 256 weights in 210 bytes: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales (one per 16
@@ -172,48 +209,49 @@ inline void dot_q4_k(const uint8_t* w, int64_t blocks, const BlockRows& x, int64
 template <int MB>
 inline void dot_q6_k(const uint8_t* w, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
   __m256 acc[MB];
-  float offset[MB];
-  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps(), offset[m] = 0.0f;
-  const __m256i nibble = _mm256_set1_epi8(0x0F), pair = _mm256_set1_epi8(0x03);
+  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
+  const __m256i nibble = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+  // lanes 2u and 2u + 1 of a half of the 16 scales, spread over the low and the high 128 bits
+  const __m256i spread[4] = {_mm256_set_m128i(_mm256_castsi256_si128(spread_lane(1)), _mm256_castsi256_si128(spread_lane(0))),
+                             _mm256_set_m128i(_mm256_castsi256_si128(spread_lane(3)), _mm256_castsi256_si128(spread_lane(2))),
+                             _mm256_set_m128i(_mm256_castsi256_si128(spread_lane(5)), _mm256_castsi256_si128(spread_lane(4))),
+                             _mm256_set_m128i(_mm256_castsi256_si128(spread_lane(7)), _mm256_castsi256_si128(spread_lane(6)))};
   for (int64_t i = 0; i < blocks; ++i) {
     const uint8_t* ql = w + i * 210;
     const uint8_t* qh = ql + 128;
     const int8_t* sc = reinterpret_cast<const int8_t*>(ql + 192);
     const float d = half_to_float(ql + 208);
-    __m256i sums[MB];
-    for (int m = 0; m < MB; ++m) sums[m] = _mm256_setzero_si256();
+    const __m256i group_scales = widen_signed(sc);  // int16 lane g: group g's scale
+    __m256i sums[MB], more[MB];  // two chains of sums a row, as in dot_q4_k
+    for (int m = 0; m < MB; ++m) sums[m] = more[m] = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i low1 = load32(ql + 64 * h), low2 = load32(ql + 64 * h + 32), high = load32(qh + 32 * h);
       const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(low1, nibble), _mm256_slli_epi16(_mm256_and_si256(high, pair), 4)),
-          _mm256_or_si256(_mm256_and_si256(low2, nibble),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2), pair), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), nibble),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 4), pair), 4)),
+          _mm256_or_si256(_mm256_and_si256(low1, nibble), _mm256_and_si256(_mm256_slli_epi16(high, 4), top)),
+          _mm256_or_si256(_mm256_and_si256(low2, nibble), _mm256_and_si256(_mm256_slli_epi16(high, 2), top)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), nibble), _mm256_and_si256(high, top)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low2, 4), nibble),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 6), pair), 4)),
+                          _mm256_and_si256(_mm256_srli_epi16(high, 2), top)),
       };
+      const __m256i half = _mm256_permute2x128_si256(group_scales, group_scales, h == 0 ? 0x00 : 0x11);
       __m256i scale[4];
-      for (int u = 0; u < 4; ++u) {
-        const int s = 8 * h + 2 * u;
-        scale[u] = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
-      }
+      for (int u = 0; u < 4; ++u) scale[u] = _mm256_shuffle_epi8(half, spread[u]);  // sc[8h + 2u], sc[8h + 2u + 1]
       for (int m = 0; m < MB; ++m) {
         const int8_t* in = x.row(m0 + m) + i * 256 + 128 * h;
-        for (int u = 0; u < 4; ++u)
-          sums[m] = _mm256_add_epi32(sums[m], _mm256_madd_epi16(pair_bytes(q[u], load32(in + 32 * u)), scale[u]));
+        for (int u = 0; u < 4; u += 2) {
+          sums[m] = add_pair_products(sums[m], pair_bytes(q[u], load32(in + 32 * u)), scale[u]);
+          more[m] = add_pair_products(more[m], pair_bytes(q[u + 1], load32(in + 32 * u + 32)), scale[u + 1]);
+        }
       }
     }
-    for (int m = 0; m < MB; ++m) {
+    for (int m = 0; m < MB; ++m) {  // the 32 the unsigned q carry, by each group's scale
       const float dx = x.scales(m0 + m)[i];
-      const int32_t* sixteen = x.sixteens(m0 + m) + i * 16;
-      int32_t shifted = 0;
-      for (int g = 0; g < 16; ++g) shifted += sc[g] * sixteen[g];
-      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(sums[m]), acc[m]);
-      offset[m] += d * dx * static_cast<float>(32 * shifted);
+      const __m256i shifted = _mm256_madd_epi16(group_scales, load32(x.sixteens(m0 + m) + i * 16));
+      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(_mm256_add_epi32(sums[m], more[m])), acc[m]);
+      acc[m] = _mm256_fnmadd_ps(_mm256_set1_ps(32.0f * d * dx), _mm256_cvtepi32_ps(shifted), acc[m]);
     }
   }
-  for (int m = 0; m < MB; ++m) out[m] = hsum(acc[m]) - offset[m];
+  for (int m = 0; m < MB; ++m) out[m] = hsum(acc[m]);
 }
 
 // Q8_0, 32 weights in 34 bytes: d (fp16), 32 int8. Signed by signed bytes as |w| by x with w's sign.
@@ -247,8 +285,7 @@ inline __m256i bits_as_bytes(uint32_t bits) {
 template <int MB>
 inline void dot_q5_0(const uint8_t* w, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
   __m256 acc[MB];
-  float offset[MB];
-  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps(), offset[m] = 0.0f;
+  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   for (int64_t i = 0; i < blocks; ++i) {
     const uint8_t* b = w + i * 22;
@@ -258,15 +295,14 @@ inline void dot_q5_0(const uint8_t* w, int64_t blocks, const BlockRows& x, int64
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6));
     const __m256i nibbles = _mm256_and_si256(
         _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), nibble);  // bytes 0-15 low nibbles, 16-31 high
-    const __m256i q = _mm256_or_si256(nibbles, bits_as_bytes(high));
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles, bits_as_bytes(high)), _mm256_set1_epi8(16));
+    const __m256i magnitude = _mm256_sign_epi8(q, q);  // signed by signed bytes as |w| by x with w's sign
     for (int m = 0; m < MB; ++m) {
-      const float dx = x.scales(m0 + m)[i];
-      const int32_t* sixteen = x.sixteens(m0 + m) + i * 2;
-      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(dot_bytes(q, load32(x.row(m0 + m) + i * 32))), acc[m]);
-      offset[m] += d * dx * static_cast<float>(16 * (sixteen[0] + sixteen[1]));
+      const __m256i in = _mm256_sign_epi8(load32(x.row(m0 + m) + i * 32), q);
+      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d * x.scales(m0 + m)[i]), _mm256_cvtepi32_ps(dot_bytes(magnitude, in)), acc[m]);
     }
   }
-  for (int m = 0; m < MB; ++m) out[m] = hsum(acc[m]) - offset[m];
+  for (int m = 0; m < MB; ++m) out[m] = hsum(acc[m]);
 }
 
 template <int MB>
