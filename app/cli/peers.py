@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 from transformers.utils import logging as transformers_logging
@@ -19,13 +20,18 @@ from core.bench.peers import (
     peer_table,
     run_llama_bench,
 )
+from core.engine.ready import model_info
 from core.models import LoadOptions, ModelSource, load_model
 from core.models.default_model import fetch_default_gguf
+from core.models.options import source_from_spec
 from core.paths import AppPaths
 
 
 def run(args: argparse.Namespace, paths: AppPaths) -> int:
-    """On the default model: ours fp32/bf16/int8/int4 against llama.cpp's F32/F16/Q8_0/Q4_1."""
+    """On the default model: ours fp32/bf16/int8/int4 against llama.cpp's F32/F16/Q8_0/Q4_1. On a GGUF file
+    (``--model FILE``): ours as it loads that file (with ``--quantization``) against llama.cpp on the same file."""
+    if args.model and args.model != "default":
+        return _same_file(args, paths)
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     if not precisions or any(p not in GGUF_TYPES for p in precisions):
         print(
@@ -53,7 +59,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         theirs = run_llama_bench(
             paths, gguf_at(paths, source, precision), threads, args.max_new_tokens, args.repetitions
         )
-        rows.append(PeerRow(precision, ours, theirs))
+        rows.append(PeerRow.of(precision, ours, theirs))
     print(
         peer_table(
             rows,
@@ -61,4 +67,27 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             f"mean of {args.repetitions} runs",
         )
     )
+    return 0
+
+
+def _same_file(args: argparse.Namespace, paths: AppPaths) -> int:
+    source = source_from_spec(args.model)
+    if source.kind != "gguf":
+        print("error: --peers compares on a GGUF file: give --model FILE.gguf (or the default model)", file=sys.stderr)
+        return 1
+    transformers_logging.disable_progress_bar()
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    paths.ensure()
+    ensure_llama_cpp(paths, progress=progress_printer("llama.cpp: "))
+    options = LoadOptions(device="cpu", dtype=args.dtype or "auto", quantization=args.quantization or "auto")
+    name = Path(source.location).name
+    loaded = load_model(source, options, paths, progress_printer(f"{name}: "))
+    ran = model_info(loaded).precision
+    print(f"{name}: ours ({ran})...", file=sys.stderr)
+    ours = our_plain_rate(loaded.prepared, args.max_new_tokens, args.repetitions)
+    print(f"{name}: llama.cpp...", file=sys.stderr)
+    theirs = run_llama_bench(paths, Path(source.location), threads, args.max_new_tokens, args.repetitions)
+    title = f"{name}, CPU, {threads} threads, plain decoding tg{args.max_new_tokens}, mean of {args.repetitions} runs"
+    print(peer_table([PeerRow(ran, "the file as stored", ours, theirs)], title))
     return 0

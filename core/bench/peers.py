@@ -76,11 +76,18 @@ class PeerBuildError(RuntimeError):
 
 @dataclass(frozen=True)
 class PeerRow:
-    """One precision: our plain decoding and llama.cpp's tg, in tokens per second."""
+    """One precision: our plain decoding and llama.cpp's tg, in tokens per second; what each ran (``int8`` and
+    ``Q8_0``, or ``int8 decoder, Q4_K/Q6_K weights`` and the file as stored)."""
 
-    precision: str
+    ours_ran: str
+    theirs_ran: str
     ours: float
     llama_cpp: float
+
+    @classmethod
+    def of(cls, precision: str, ours: float, llama_cpp: float) -> PeerRow:
+        """A row of :data:`GGUF_TYPES`' precisions: ours ``precision``, llama.cpp the GGUF type beside it."""
+        return cls(precision, GGUF_TYPES[precision], ours, llama_cpp)
 
     @property
     def ratio(self) -> float:
@@ -273,9 +280,7 @@ def peer_table(rows: list[PeerRow], title: str) -> str:
         "|---|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(
-            f"| {r.precision} / {GGUF_TYPES[r.precision]} | {r.ours:.1f} | {r.llama_cpp:.1f} | {r.ratio:.2f} |"
-        )
+        lines.append(f"| {r.ours_ran} / {r.theirs_ran} | {r.ours:.1f} | {r.llama_cpp:.1f} | {r.ratio:.2f} |")
     return "\n".join(lines)
 
 

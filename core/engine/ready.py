@@ -70,20 +70,24 @@ class ReadyModel:
 
     @property
     def info(self) -> ModelInfo:
-        loaded = self.loaded
-        compiled = loaded.prepared.compiled
-        return ModelInfo(
-            loaded.name,
-            loaded.device_info.label,
-            loaded.device_info.kind,
-            NAME_BY_DTYPE.get(loaded.dtype, str(loaded.dtype)),
-            loaded.quantization,
-            loaded.context_length,
-            loaded.parameters,
-            loaded.load_seconds,
-            self.auto.reason,
-            "/".join(compiled.decoder.formats) if compiled is not None and compiled.decoder is not None else "",
-        )
+        return model_info(self.loaded, self.auto.reason)
+
+
+def model_info(loaded: LoadedModel, auto_reason: str = "") -> ModelInfo:
+    """``loaded`` as the front doors show it (and the bench's tables name what ran)."""
+    compiled = loaded.prepared.compiled
+    return ModelInfo(
+        loaded.name,
+        loaded.device_info.label,
+        loaded.device_info.kind,
+        NAME_BY_DTYPE.get(loaded.dtype, str(loaded.dtype)),
+        loaded.quantization,
+        loaded.context_length,
+        loaded.parameters,
+        loaded.load_seconds,
+        auto_reason,
+        "/".join(compiled.decoder.formats) if compiled is not None and compiled.decoder is not None else "",
+    )
 
 
 def make_ready(

@@ -126,7 +126,7 @@ def test_the_source_precision_needs_no_requantization(tmp_path: Path) -> None:
 
 
 def test_table_has_ours_theirs_and_the_ratio() -> None:
-    table = peers.peer_table([PeerRow("fp32", 8.0, 32.0), PeerRow("int8", 16.0, 64.0)], "title")
+    table = peers.peer_table([PeerRow.of("fp32", 8.0, 32.0), PeerRow.of("int8", 16.0, 64.0)], "title")
     assert "| fp32 / F32 | 8.0 | 32.0 | 0.25 |" in table and "| int8 / Q8_0 | 16.0 | 64.0 | 0.25 |" in table
 
 
