@@ -25,7 +25,7 @@ from torch import nn
 from core.models.errors import CorruptModelError, UnsupportedArchitectureError
 from core.models.gguf_index import GGUFIndex, TensorInfo, read_index
 from core.runtime.weights.blocks import BLOCK_FORMATS, BlockEmbedding, BlockLinear, dequantize, reads_as_stored
-from core.runtime.weights.quantized import Int8WeightLinear
+from core.runtime.weights.quantized import Int8WeightLinear, quantize_rows
 
 log = logging.getLogger(__name__)
 
@@ -169,14 +169,16 @@ class _Builder:
         if reads_as_stored(format_id, inputs) and not self.int8:
             self._count(BLOCK_FORMATS[format_id][0], blocks.numel())
             return BlockLinear(self._rows_in_order(blocks, attribute), format_id, inputs, bias)
-        weight = self._rows_in_order(self._float(tensor), attribute)
-        linear = nn.Linear(inputs, weight.shape[0], bias=bias is not None)
-        linear.weight = nn.Parameter(weight, requires_grad=False)
-        if bias is not None:
-            linear.bias = nn.Parameter(bias, requires_grad=False)
-        quantized = Int8WeightLinear.from_linear(linear)
-        self._count("int8", quantized.qweight.numel())
-        return quantized
+        if format_id in (0, 1):  # F32, F16: the whole weight
+            weight = self._rows_in_order(self._float(tensor), attribute)
+            qweight, scales = quantize_rows(weight.shape, lambda start, stop: weight[start:stop])
+        else:  # dequantized a few rows at a time: a head's fp32 copy alone is 0.9 GB on a 1.5B model
+            ordered = self._rows_in_order(blocks, attribute)
+            qweight, scales = quantize_rows(
+                (blocks.shape[0], inputs), lambda start, stop: dequantize(ordered[start:stop], format_id)
+            )
+        self._count("int8", qweight.numel())
+        return Int8WeightLinear(qweight, scales, bias)
 
     def embedding(self, name: str) -> nn.Module:
         tensor = self._tensor(name)

@@ -11,6 +11,7 @@ embedding is never quantized (it is a lookup, not a matmul).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,6 +33,23 @@ new memory from the system, and its page faults made quantizing that model take 
 them in the kernel); blocks of this size reuse the same memory."""
 
 
+def quantize_rows(
+    shape: torch.Size | tuple[int, int], rows_of: Callable[[int, int], torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 weights ``[out, in]`` and fp32 scales (one per output channel, symmetric) of the weight whose rows
+    ``[start, stop)`` ``rows_of`` gives: a few at a time, so no whole fp32 copy is ever made (see
+    :data:`QUANTIZE_BLOCK_ELEMENTS`)."""
+    qweight = torch.empty(tuple(shape), dtype=torch.int8)
+    scales = torch.empty(shape[0], dtype=torch.float32)
+    rows = max(1, QUANTIZE_BLOCK_ELEMENTS // shape[1])
+    for start in range(0, shape[0], rows):
+        block = rows_of(start, start + rows).float()
+        block_scales = (block.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+        qweight[start : start + rows] = torch.round(block / block_scales[:, None]).clamp(-128, 127)
+        scales[start : start + rows] = block_scales
+    return qweight, scales
+
+
 class Int8WeightLinear(nn.Module):
     """``y = x @ (q * scale).T + bias`` with int8 ``q`` [out, in] and one scale per output channel."""
 
@@ -45,14 +63,7 @@ class Int8WeightLinear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8WeightLinear:
         weight = linear.weight.detach()
-        qweight = torch.empty(weight.shape, dtype=torch.int8)
-        scales = torch.empty(weight.shape[0], dtype=torch.float32)
-        rows = max(1, QUANTIZE_BLOCK_ELEMENTS // weight.shape[1])
-        for start in range(0, weight.shape[0], rows):  # small temporaries: see QUANTIZE_BLOCK_ELEMENTS
-            block = weight[start : start + rows].float()
-            block_scales = (block.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
-            qweight[start : start + rows] = torch.round(block / block_scales[:, None]).clamp(-128, 127)
-            scales[start : start + rows] = block_scales
+        qweight, scales = quantize_rows(weight.shape, lambda start, stop: weight[start:stop])
         dtype = linear.weight.dtype
         bias = linear.bias.detach().clone() if linear.bias is not None else None
         return cls(qweight, scales.to(dtype), bias)
