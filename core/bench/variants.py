@@ -13,7 +13,15 @@ from core.runtime.weights.variants import dtype_copy
 def bench_variants(loaded: LoadedModel, dtypes: Sequence[str] = ()) -> PreparedVariants:
     """The loaded model and copies in ``dtypes`` (``fp32``, ``bf16``, ``fp16``); with none asked for, on the CPU
     with dtype auto, what Auto chooses between there (fp32, bf16 and with quantization auto int8 weights).
-    Every variant gets its fastest weight layout and step: the bench compares each at its best."""
+    Every variant gets its fastest weight layout and step: the bench compares each at its best. A GGUF file's
+    weights as stored run as loaded (the int8 decoder on the file's blocks): the one variant, as the app runs it."""
+    if loaded.weights_as_stored:
+        if dtypes:
+            raise ValueError(
+                "a GGUF file's weights as stored run in their own types: leave out --dtypes, or load it with "
+                "--quantization none for copies in other dtypes"
+            )
+        return PreparedVariants({NAME_BY_DTYPE[loaded.dtype]: loaded.prepared})  # as calibration names it
     if (
         not dtypes
         and loaded.device.type == "cpu"
