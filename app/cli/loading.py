@@ -23,7 +23,7 @@ def command_settings(paths: AppPaths) -> Settings:
 def load_named_model(args: argparse.Namespace, settings: Settings, paths: AppPaths) -> LoadedModel:
     """The model ``settings`` name (or ``--model``), loaded with ``--device``, ``--dtype``, ``--quantization``."""
     transformers_logging.disable_progress_bar()  # our own progress line says the same, once
-    source = source_from_spec(args.model) if args.model else settings.source
+    source = source_from_spec(args.model, paths) if args.model else settings.source
     options = replace(
         settings.load,
         **{k: v for k, v in (("device", args.device), ("dtype", args.dtype), ("quantization", args.quantization)) if v},

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("app.cli.tune", "run"),
     "models": ("app.cli.models", "models"),
     "fetch-default": ("app.cli.models", "fetch_default"),
+    "fetch": ("app.cli.models", "fetch"),
     "export-model": ("app.cli.models", "export_model"),
     "quality": ("app.cli.models", "quality"),
 }
@@ -128,6 +129,9 @@ def _parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="list known models (or a remote server's)")
     _remote_arguments(models, "list the models of the OpenAI-compatible server at URL")
     sub.add_parser("fetch-default", help="download and convert the embedded default model")
+    fetch = sub.add_parser("fetch", help="download a model of the catalog (resumable, checksums checked)")
+    fetch.add_argument("name", nargs="?", help="the catalog id, e.g. qwen2.5-coder-1.5b (see --list)")
+    fetch.add_argument("--list", action="store_true", help="list the catalog: size, memory, fetched or not")
 
     bench = sub.add_parser("bench", help="benchmark plain and lookahead decoding")
     _model_arguments(bench)
@@ -224,7 +228,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--model", help="'default', a model folder, a .gguf file or a hub repo id (default: from settings)"
+        "--model",
+        help="'default', a catalog id (see `fetch --list`), a model folder, a .gguf file or a hub repo id "
+        "(default: from settings)",
     )
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"))
     parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"))

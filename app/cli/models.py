@@ -12,8 +12,10 @@ from app.cli.output import one_line_errors, progress_printer
 from core.bench.export import export_model as write_export
 from core.bench.perplexity import perplexity, quality_text_path, step_perplexity
 from core.models import LoadOptions, ModelSource, load_model
+from core.models.catalog import CATALOG, MB, find_entry, is_fetched, model_path
 from core.models.default_model import fetch_default_model, is_default_model_ready
 from core.models.device import DTYPE_BY_NAME
+from core.models.fetch import fetch_model
 from core.models.options import QUANTIZATIONS, source_from_spec
 from core.models.registry import ModelRegistry
 from core.paths import AppPaths
@@ -30,6 +32,40 @@ def fetch_default(args: argparse.Namespace, paths: AppPaths) -> int:
         return 0
     folder = fetch_default_model(paths.ensure(), progress_printer())
     print(f"Default model ready in {folder}.")
+    return 0
+
+
+@one_line_errors
+def fetch(args: argparse.Namespace, paths: AppPaths) -> int:
+    """``fetch NAME``: download a catalog model (resuming what an earlier fetch kept); ``fetch --list``: the catalog."""
+    if args.list or not args.name:
+        print(f"{'id':20} {'size':>8} {'memory':>8}  {'licence':11} {'state':11} model")
+        for entry in CATALOG:
+            state = "fetched" if is_fetched(entry, paths) else "not fetched"
+            print(
+                f"{entry.id:20} {entry.size / MB:5.0f} MB {entry.ram / MB:5.0f} MB  {entry.licence:11} {state:11} "
+                f"{entry.name}: {entry.description}"
+            )
+        if not args.list:
+            print("\nerror: name a model to fetch, e.g. `lookahead-chat fetch qwen2.5-coder-1.5b`", file=sys.stderr)
+            return 2
+        return 0
+    entry = find_entry(args.name)
+    if entry is None:
+        ids = ", ".join(e.id for e in CATALOG)
+        print(f"error: {args.name!r} is not in the catalog; it has {ids} (see `fetch --list`)", file=sys.stderr)
+        return 1
+    if is_fetched(entry, paths):
+        print(f"{entry.name} is fetched already: {model_path(entry, paths)}")
+        return 0
+    try:
+        where = fetch_model(entry, paths.ensure(), progress_printer())
+    except KeyboardInterrupt:
+        print(
+            f"\nStopped: the parts fetched so far are kept; `lookahead-chat fetch {entry.id}` goes on.", file=sys.stderr
+        )
+        return 130
+    print(f'{entry.name} ready in {where}; chat with it: lookahead-chat ask --model {entry.id} "..."')
     return 0
 
 
@@ -55,7 +91,7 @@ def export_model(args: argparse.Namespace, paths: AppPaths) -> int:
     if problem:  # said before the model loads (the default model takes about 40 s)
         print(f"error: {problem}", file=sys.stderr)
         return 1
-    source = source_from_spec(args.model) if args.model else ModelSource()
+    source = source_from_spec(args.model, paths) if args.model else ModelSource()
     loaded = load_model(
         source,
         LoadOptions(device="cpu", dtype=args.dtype, quantization="none"),

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def _same_file(args: argparse.Namespace, paths: AppPaths) -> int:
-    source = source_from_spec(args.model)
+    source = source_from_spec(args.model, paths)
     if source.kind != "gguf":
         print("error: --peers compares on a GGUF file: give --model FILE.gguf (or the default model)", file=sys.stderr)
         return 1

@@ -49,3 +49,20 @@ class LoadCancelledError(ModelError):
 
     def __init__(self) -> None:
         super().__init__("Loading was cancelled.", "Choose a model to load it again.")
+
+
+class DiskFullError(ModelError):
+    """The disk has no room for a download: found before it starts, or when a write fails (ENOSPC)."""
+
+
+class FetchInProgressError(ModelError):
+    """Another fetch of the same model runs (the window's, or a second ``lookahead-chat fetch``)."""
+
+
+class FetchCancelledError(LoadCancelledError):
+    """The user cancelled a model fetch; the parts fetched so far are kept for the next one."""
+
+    def __init__(self, name: str = "the model") -> None:
+        ModelError.__init__(
+            self, f"The fetch of {name} was cancelled.", "The parts fetched so far are kept: fetch it again to go on."
+        )

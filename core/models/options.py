@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from core.models.catalog import CatalogEntry, fetched_path, find_entry
+from core.paths import AppPaths
+
 SourceKind = Literal["default", "folder", "gguf", "hub"]
 SOURCE_KINDS: tuple[str, ...] = ("default", "folder", "gguf", "hub")
 DEVICES: tuple[str, ...] = ("auto", "cuda", "cpu")
@@ -65,10 +68,20 @@ class LoadOptions:
                 raise ValueError(f"Invalid {name} {value!r}; use one of {', '.join(allowed)}.")
 
 
-def source_from_spec(spec: str) -> ModelSource:
-    """Read a command-line model spec: 'default', a folder, a .gguf file, or an owner/name repo id."""
+def source_from_spec(spec: str, paths: AppPaths | None = None) -> ModelSource:
+    """Read a command-line model spec: 'default', a catalog id, a folder, a .gguf file, or an owner/name repo id.
+
+    A catalog id (``lookahead-chat fetch --list``) names the model fetched into ``paths`` (by default the
+    user's folders); a local folder of the same name is reached as ``./NAME``.
+
+    Raises:
+        ModelNotFoundError: ``spec`` is a catalog id whose model is not fetched yet.
+    """
     if spec == "default":
         return ModelSource()
+    entry = find_entry(spec)
+    if entry is not None:
+        return catalog_source(entry, paths or AppPaths.default())
     path = Path(spec).expanduser()
     if spec.lower().endswith(".gguf"):
         return ModelSource("gguf", str(path))
@@ -77,3 +90,14 @@ def source_from_spec(spec: str) -> ModelSource:
     if spec.count("/") == 1:
         return ModelSource("hub", spec)
     return ModelSource("folder", str(path))
+
+
+def catalog_source(entry: CatalogEntry, paths: AppPaths) -> ModelSource:
+    """The source that loads catalog ``entry``: the default model, or its fetched GGUF file.
+
+    Raises:
+        ModelNotFoundError: the entry is not fetched yet (the default model is fetched by its first load).
+    """
+    if entry.is_default:
+        return ModelSource()
+    return ModelSource("gguf", str(fetched_path(entry, paths)))

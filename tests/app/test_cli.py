@@ -296,3 +296,19 @@ def test_the_longest_system_prompt_ends_an_answer_quickly_with_a_clear_error(
     assert time.perf_counter() - start < 60  # about 5 s here, load included
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("error: The message is too long for the model's context")
+
+
+def test_fetch_lists_the_catalog_and_a_catalog_id_not_fetched_says_how(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("LOOKAHEAD_CHAT_CACHE", str(tmp_path / "empty-cache"))  # nothing fetched there
+    assert main(["fetch", "--list"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+    assert all("not fetched" in row and "Apache-2.0" in row for row in rows)
+    assert main(["fetch", "qwen-9000"]) == 1
+    assert "'qwen-9000' is not in the catalog" in capsys.readouterr().err
+    assert main(["ask", "hi", "--model", "qwen2.5-coder-1.5b"]) == 1
+    err = capsys.readouterr().err
+    assert "Qwen2.5-Coder-1.5B-Instruct is not on this computer yet" in err
+    assert "lookahead-chat fetch qwen2.5-coder-1.5b" in err and "Traceback" not in err
