@@ -50,11 +50,6 @@ class HubFile:
     repo: str
     file: str = ""  # empty: the repo holds the model as a folder, not one file
 
-    @property
-    def url(self) -> str:
-        base = f"https://huggingface.co/{self.repo}"
-        return f"{base}/resolve/main/{self.file}" if self.file else base
-
 
 @dataclass(frozen=True)
 class CatalogEntry:
@@ -197,10 +192,6 @@ def find_entry(model_id: str) -> CatalogEntry | None:
     return next((e for e in CATALOG if e.id == wanted), None)
 
 
-def catalog_ids() -> list[str]:
-    return [e.id for e in CATALOG]
-
-
 def catalog_dir(paths: AppPaths) -> Path:
     """The folder fetched catalog files are stored in (it may not exist yet)."""
     return paths.models_dir / CATALOG_FOLDER
@@ -237,11 +228,6 @@ def fetched_path(entry: CatalogEntry, paths: AppPaths) -> Path:
     if not is_fetched(entry, paths):
         raise ModelNotFoundError(
             f"{entry.name} is not on this computer yet.",
-            f"Run `lookahead-chat fetch {entry.id}` first ({entry.size / MB:.0f} MB), or fetch it in Settings, Model.",
+            f"Run `lookahead-chat fetch {entry.id}` first ({entry.size / MB:.0f} MB).",
         )
     return model_path(entry, paths)
-
-
-def entry_at(path: Path, paths: AppPaths) -> CatalogEntry | None:
-    """The catalog entry stored at ``path``, if any."""
-    return next((e for e in CATALOG if path.expanduser() == model_path(e, paths)), None)
