@@ -502,6 +502,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> int8_decoder(const c10::intrusive
   return {logits, top_indices, top_values};
 }
 
+// x [M, K] (fp32) times a weight in a GGUF block format [N, row bytes], + bias [N]: [M, N] fp32, in int8_decoder's
+// arithmetic (each row rounded on its own, int32 sums per block): a block weight's product outside a decoding step
+// (transformers' own forward of a model loaded as stored) without dequantizing the weight.
+at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t format, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "block_linear: fp32 inputs [M, K]");
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  TORCH_CHECK(format != kInt8 && reads(weight, format, N, K), "block_linear: a weight in GGUF blocks [N, row bytes] of ", K, " inputs");
+  at::Tensor b;
+  if (bias.has_value() && bias->defined()) {
+    b = bias->to(at::kFloat).contiguous();
+    TORCH_CHECK(b.numel() == N, "block_linear: a bias of ", N);
+  }
+  const at::Tensor in = x.contiguous();
+  at::Tensor out = at::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return out;
+  BlockRows rows;
+  rows.round(in.data_ptr<float>(), M, K, K, activation_block(format));
+  const BlockMatrix w{format, N, K, block_row_bytes(format, K), weight.data_ptr<uint8_t>()};
+  float* y = out.data_ptr<float>();
+  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+  at::parallel_for(0, N, kChannelBlock, [&](int64_t n0, int64_t n1) { block_product(rows, w, n0, n1, y, N, bp, false); });
+  return out;
+}
+
 // A weight [N, K] as the products read it (pack_weights); only where they read packed weights.
 at::Tensor int8_pack(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kChar, "int8_pack: an int8 weight [N, K]");
@@ -532,9 +556,11 @@ TORCH_LIBRARY(lookahead, m) {
   // whether int8_decoder reads its weights as int8_pack makes them (AVX-512 VNNI)
   m.def("int8_packs() -> bool", []() { return lookahead::kByteActivations; });
   m.def("int8_pack(Tensor weight) -> Tensor");
+  m.def("block_linear(Tensor x, Tensor weight, int format, Tensor? bias) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(lookahead, CPU, m) {
   m.impl("int8_decoder", &lookahead::int8_decoder);
   m.impl("int8_pack", &lookahead::int8_pack);
+  m.impl("block_linear", &lookahead::block_linear);
 }

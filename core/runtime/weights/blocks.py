@@ -2,13 +2,15 @@
 
 A model loaded from a GGUF file keeps each weight's blocks as a view of the memory-mapped file: nothing is
 converted or copied, so the model takes the file's memory and a warm load only maps it. The int8 decoder
-(``core.runtime.compiled.int8_decoder``) reads the blocks directly. The modules' own ``forward`` dequantizes
-the whole weight on every call (through ``gguf``'s reference code): a correct but slow path, for the rare
-step that runs without our kernels.
+(``core.runtime.compiled.int8_decoder``) reads the blocks directly, and so does ``BlockLinear.forward``
+(transformers' own forward, as ``generate`` runs it) through the kernels' ``block_linear``, with the decoder's
+arithmetic. Where the kernels cannot run (no AVX2, no compiler) ``forward`` dequantizes the whole weight on every
+call through ``gguf``'s reference code: correct, and slow.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -65,8 +67,26 @@ class BlockLinear(nn.Module):
         return BLOCK_FORMATS[self.format_id][0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu" and kernels_run():
+            rows = x.reshape(-1, self.in_features).to(torch.float32)
+            y = torch.ops.lookahead.block_linear(rows, self.blocks, self.format_id, self.bias)
+            return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
         weight = dequantize(self.blocks, self.format_id).to(x.dtype)
         return F.linear(x, weight, None if self.bias is None else self.bias.to(x.dtype))
+
+
+@functools.cache
+def kernels_run() -> bool:
+    """Whether our kernels run here (built and loaded on the first call); else block products dequantize."""
+    from core.runtime.compiled import kernels
+
+    if not kernels.supported():
+        return False
+    try:
+        kernels.load()
+    except Exception:  # no compiler, say: the reference path stays
+        return False
+    return True
 
 
 class BlockEmbedding(nn.Module):

@@ -18,7 +18,7 @@ from core.models.loader import load_model
 from core.models.options import LoadOptions, ModelSource
 from core.runtime.compiled import kernels
 from core.runtime.weights.blocks import BlockEmbedding, BlockLinear
-from tests.core.models.tiny_gguf import write_metadata_gguf, write_tiny_quantized_gguf
+from tests.core.models.tiny_gguf import dequantized, write_metadata_gguf, write_tiny_quantized_gguf
 
 
 def transformers_model(path: Path):
@@ -43,7 +43,7 @@ def test_the_blocks_make_the_model_transformers_dequantizes(tmp_path: Path, arch
     assert v.blocks.numpy().tobytes() == stored.tobytes()
     ids = torch.randint(0, 260, (1, 19), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        ours, theirs = model(ids).logits, transformers_model(path)(ids).logits
+        ours, theirs = dequantized(model)(ids).logits, transformers_model(path)(ids).logits
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
 
 

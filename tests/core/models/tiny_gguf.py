@@ -7,12 +7,16 @@ transformers dequantises it back into exactly the same model.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
+import torch
+
+from core.runtime.weights.blocks import BlockLinear, dequantize
 
 
 def _root_conftest():
@@ -205,3 +209,25 @@ def write_tiny_quantized_gguf(
     norm("output_norm.weight")
     weight("output.weight", len(tokens), hidden)
     _finish(w)
+
+
+class DequantizedLinear(torch.nn.Linear):
+    """A block weight as fp32 by gguf's own code, keeping its format (what the kernel rounds inputs for)."""
+
+    def __init__(self, blocks: BlockLinear) -> None:
+        super().__init__(blocks.in_features, blocks.out_features, bias=blocks.bias is not None)
+        self.format_id = blocks.format_id
+        self.weight.data = dequantize(blocks.blocks, blocks.format_id)
+        if blocks.bias is not None:
+            self.bias.data = blocks.bias.float().clone()
+
+
+def dequantized(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of a model loaded as stored with each block weight a ``DequantizedLinear``: the eager reference
+    (the model's own ``BlockLinear`` computes in our kernels' arithmetic)."""
+    reference = copy.deepcopy(model)
+    for name, module in list(reference.named_modules()):
+        if isinstance(module, BlockLinear):
+            parent, _, child = name.rpartition(".")
+            setattr(reference.get_submodule(parent) if parent else reference, child, DequantizedLinear(module))
+    return reference

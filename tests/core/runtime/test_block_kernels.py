@@ -20,7 +20,7 @@ from core.runtime.compiled.step import CompiledStep
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.blocks import BLOCK_FORMATS, BlockLinear
 from core.runtime.weights.quantized import Int8WeightLinear
-from tests.core.models.tiny_gguf import MIXED_TYPES, write_tiny_quantized_gguf
+from tests.core.models.tiny_gguf import MIXED_TYPES, DequantizedLinear, dequantized, write_tiny_quantized_gguf
 from tests.core.runtime.test_kernels import Step, expected_levels, tree_mask
 
 pytestmark = pytest.mark.skipif(not kernels.supported(), reason="the kernels need an x86-64 processor with AVX2")
@@ -48,9 +48,9 @@ def gguf_model(
 
 @contextlib.contextmanager
 def block_rounded_activations(model: torch.nn.Module) -> Iterator[None]:
-    """The eager model with each product's inputs rounded as the kernel promises: in blocks of the weight
-    format's block (32 or 256 inputs), each to integers at amax / 127 (the division in fp32), nearest even;
-    per row at the int8 kernel's levels for int8 weights."""
+    """The eager model (``dequantized``: gguf's own dequantization) with each product's inputs rounded as the
+    kernel promises: in blocks of the weight format's block (32 or 256 inputs), each to integers at amax / 127
+    (the division in fp32), nearest even; per row at the int8 kernel's levels for int8 weights."""
 
     def round_blocks(module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
         x = args[0]
@@ -63,7 +63,7 @@ def block_rounded_activations(model: torch.nn.Module) -> Iterator[None]:
         inverse = torch.where(amax > 0, torch.full_like(amax, levels) / amax, 0)
         return ((torch.round(blocks * inverse) * (amax / levels)).reshape(x.shape),)
 
-    products = (BlockLinear, Int8WeightLinear)
+    products = (DequantizedLinear, Int8WeightLinear)
     hooks = [m.register_forward_pre_hook(round_blocks) for m in model.modules() if isinstance(m, products)]
     try:
         yield
@@ -82,8 +82,8 @@ def test_the_decoder_computes_the_gguf_model_on_block_rounded_activations(tmp_pa
     of random weights spreads that to a percent of the row's logits (measured)."""
     model = gguf_model(tmp_path, weights, layers=1)
     ids = torch.randint(3, 260, (21,), generator=torch.Generator().manual_seed(3))
-    with torch.no_grad(), block_rounded_activations(model):
-        expected = model(ids[None]).logits[0]
+    with torch.no_grad(), block_rounded_activations(reference := dequantized(model)):
+        expected = reference(ids[None]).logits[0]
     with torch.no_grad():
         logits = Step(model)(ids, torch.arange(21), 0)
     assert_rows_agree(logits, expected)
@@ -101,11 +101,26 @@ def assert_rows_agree(logits: torch.Tensor, expected: torch.Tensor) -> None:
 def test_a_weight_kept_as_int8_beside_the_blocks_is_computed_too(tmp_path: Path) -> None:
     model = gguf_model(tmp_path, float_tensors=("blk.0.ffn_down", "blk.0.attn_q"), layers=1)
     ids = torch.randint(3, 260, (9,), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad(), block_rounded_activations(model):
-        expected = model(ids[None]).logits[0]
+    with torch.no_grad(), block_rounded_activations(reference := dequantized(model)):
+        expected = reference(ids[None]).logits[0]
     with torch.no_grad():
         logits = Step(model)(ids, torch.arange(9), 0)
     assert_rows_agree(logits, expected)
+
+
+def test_the_models_own_forward_runs_the_kernels_products(tmp_path: Path) -> None:
+    """``BlockLinear.forward`` (what ``generate`` runs) multiplies as the decoder does, never through fp32
+    weights: each row of a call the bits of that row alone, the decoder's logits to fp32's rounding."""
+    model = gguf_model(tmp_path, layers=1)
+    ids = torch.randint(3, 260, (13,), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        eager = model(ids[None]).logits[0]
+        logits = Step(model)(ids, torch.arange(13), 0)
+        assert_rows_agree(eager, logits)
+        for module in (m for m in model.modules() if isinstance(m, BlockLinear)):
+            x = torch.randn(5, module.in_features, generator=torch.Generator().manual_seed(module.out_features))
+            together = module(x)
+            assert all(torch.equal(module(x[i : i + 1])[0], together[i]) for i in range(5)), module.format_name
 
 
 @pytest.mark.parametrize("rows", [3, 8, 17])
