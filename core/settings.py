@@ -224,6 +224,7 @@ class Settings:
     theme: str = "system"
     server: ServerSettings = field(default_factory=ServerSettings)
     remote: RemoteSettings = field(default_factory=RemoteSettings)
+    catalog_offered: bool = False  # a first start on the default model offered a catalog model once
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -1,8 +1,11 @@
-"""The settings dialog: model source (with hub download), device, precision, sampling, prompt, theme, local server."""
+"""The settings dialog: model (the catalog with fetch, or a source with hub download), device, precision, sampling,
+prompt, theme, local server."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -24,11 +27,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.settings.download import HubDownload
+from app.settings.catalog_panel import CatalogPanel
+from app.settings.download import Download
 from app.settings.remote_panel import RemotePanel
-from core.models.options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions, ModelSource
+from core.models.catalog import CATALOG, CatalogEntry
+from core.models.fetch import fetch_model
+from core.models.hub import download_hub_model
+from core.models.options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions, ModelSource, catalog_source
 from core.models.registry import ModelRegistry
 from core.paths import AppPaths
+from core.progress import CancelToken, ProgressCallback
 from core.settings import THEMES, SamplingSettings, ServerSettings, Settings
 
 SOURCE_LABELS = {
@@ -62,13 +70,20 @@ def _combo(values: tuple[str, ...], current: str) -> QComboBox:
 class SettingsDialog(QDialog):
     """Edits a copy of the settings; :meth:`result_settings` returns the validated result."""
 
-    def __init__(self, settings: Settings, paths: AppPaths, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        paths: AppPaths,
+        parent: QWidget | None = None,
+        catalog: tuple[CatalogEntry, ...] = CATALOG,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
+        self._catalog = catalog
         self.setMinimumWidth(560)
         self.paths = paths
         self._settings = settings
-        self._download: HubDownload | None = None
+        self._download: Download | None = None
         self.tabs = QTabWidget()
         self.tabs.addTab(self._model_tab(settings), "Model")
         self.tabs.addTab(self._sampling_tab(settings.sampling), "Generation")
@@ -108,6 +123,9 @@ class SettingsDialog(QDialog):
         download_row = QHBoxLayout()
         download_row.addWidget(self.download_progress, 1)
         download_row.addWidget(self.download_cancel)
+        self.catalog = CatalogPanel(self.paths, self._catalog)
+        self.catalog.fetch_requested.connect(self._start_fetch)
+        self.catalog.use_requested.connect(self._use_source)
         self.known = QComboBox()
         self.known.addItem("Choose a known model…", None)
         for model in ModelRegistry(self.paths).known():
@@ -121,6 +139,7 @@ class SettingsDialog(QDialog):
             self.quantization.addItem(QUANTIZATION_LABELS[value], value)
         self.quantization.setCurrentIndex(QUANTIZATIONS.index(settings.load.quantization))
         form = QFormLayout(page)
+        form.addRow("Model catalog", self.catalog)
         form.addRow("Known models", self.known)
         form.addRow("Model source", self.source_kind)
         form.addRow("Location", location_row)
@@ -305,8 +324,11 @@ class SettingsDialog(QDialog):
     def _pick_known(self, index: int) -> None:
         source = self.known.itemData(index)
         if isinstance(source, ModelSource):
-            self.source_kind.setCurrentIndex(list(SOURCE_LABELS).index(source.kind))
-            self.location.setText(source.location)
+            self._use_source(source)
+
+    def _use_source(self, source: ModelSource) -> None:
+        self.source_kind.setCurrentIndex(list(SOURCE_LABELS).index(source.kind))
+        self.location.setText(source.location)
 
     def _browse(self) -> None:
         if self.source_kind.currentData() == "gguf":
@@ -323,26 +345,50 @@ class SettingsDialog(QDialog):
         if repo_id.count("/") != 1:
             self.download_status.setText("Enter a hub repo id of the form owner/name.")
             return
+        models_dir = self.paths.models_dir
+
+        def work(progress: ProgressCallback, cancel: CancelToken) -> Path:
+            return download_hub_model(repo_id, models_dir, progress, cancel)
+
+        self._run_download(Download(repo_id, work, self), self._hub_downloaded)
+
+    def _start_fetch(self, entry: CatalogEntry) -> None:
+        paths = self.paths
+
+        def work(progress: ProgressCallback, cancel: CancelToken) -> Path:
+            return fetch_model(entry, paths, progress, cancel)
+
+        self._run_download(Download(entry.name, work, self), lambda _where: self._fetched(entry))
+
+    def _run_download(self, download: Download, done: Callable[[str], None]) -> None:
         self._cancel_download()
-        self._download = HubDownload(repo_id, self.paths.models_dir, self)
-        self._download.progress.connect(self._download_progress)
-        self._download.finished.connect(self._download_finished)
-        self._download.failed.connect(self._download_failed)
+        self._download = download
+        download.progress.connect(self._download_progress)
+        download.finished.connect(done)
+        download.failed.connect(self._download_failed)
         self._set_download_visible(True)
         self.download_button.setEnabled(False)
-        self.download_status.setText(f"Downloading {repo_id}…")
-        self._download.start()
+        self.catalog.set_busy(True)
+        self.download_status.setText(f"Downloading {download.label}…")
+        download.start()
 
     def _download_progress(self, stage: str, fraction: float) -> None:
         self.download_progress.setValue(int(fraction * 1000))
         self.download_status.setText(stage)
 
-    def _download_finished(self, folder: str) -> None:
+    def _hub_downloaded(self, folder: str) -> None:
         ModelRegistry(self.paths).add(
-            ModelSource("hub", self._download.repo_id if self._download else self.location.text())
+            ModelSource("hub", self._download.label if self._download else self.location.text())
         )
         self.download_status.setText(f"Downloaded to {folder}. Press OK to load it.")
         self._download_done()
+
+    def _fetched(self, entry: CatalogEntry) -> None:
+        self._download_done()
+        self.catalog.refresh()
+        self.catalog.select(entry.id)
+        self._use_source(catalog_source(entry, self.paths))
+        self.download_status.setText(f"{entry.name} is fetched and checked. Press OK to load it.")
 
     def _download_failed(self, message: str) -> None:
         self.download_status.setText(message)
@@ -352,6 +398,7 @@ class SettingsDialog(QDialog):
         self._download = None
         self._set_download_visible(False)
         self.download_button.setEnabled(True)
+        self.catalog.set_busy(False)
 
     def _cancel_download(self) -> None:
         if self._download is not None:

@@ -1,33 +1,37 @@
-"""A hub model download on its own thread (it never touches the loaded model), with progress and cancel."""
+"""A model download on its own thread (it never touches the loaded model), with progress and cancel: a hub
+repo or a catalog model's parts."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 from core.models.errors import ModelError
-from core.models.hub import download_hub_model
-from core.progress import CancelToken
+from core.progress import CancelToken, ProgressCallback
 
 log = logging.getLogger(__name__)
 
+DownloadWork = Callable[[ProgressCallback, CancelToken], Path]
+"""What a download runs: reports progress, honours the token, returns where the model now lies."""
 
-class HubDownload(QObject):
-    """Downloads ``repo_id`` into the model cache; signals arrive on the GUI thread."""
+
+class Download(QObject):
+    """Runs ``work`` for the model called ``label`` on a thread; signals arrive on the GUI thread."""
 
     progress = Signal(str, float)
-    finished = Signal(str)  # the model folder
+    finished = Signal(str)  # where the model lies
     failed = Signal(str)
 
-    def __init__(self, repo_id: str, models_dir: Path, parent: QObject | None = None) -> None:
+    def __init__(self, label: str, work: DownloadWork, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.repo_id = repo_id
-        self.models_dir = models_dir
+        self.label = label
         self.token = CancelToken()
-        self._thread = threading.Thread(target=self._run, name="hub-download", daemon=True)
+        self._work = work
+        self._thread = threading.Thread(target=self._run, name="model-download", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -37,12 +41,12 @@ class HubDownload(QObject):
 
     def _run(self) -> None:
         try:
-            folder = download_hub_model(self.repo_id, self.models_dir, self.progress.emit, self.token)
+            where = self._work(self.progress.emit, self.token)
         except ModelError as err:
             self.failed.emit(str(err))
             return
-        except Exception as err:  # keep the app alive whatever the hub client raises
-            log.exception("hub download failed")
-            self.failed.emit(f"The download of {self.repo_id} failed: {err}. Try again later.")
+        except Exception as err:  # keep the app alive whatever the download raises
+            log.exception("model download failed")
+            self.failed.emit(f"The download of {self.label} failed: {err}. Try again later.")
             return
-        self.finished.emit(str(folder))
+        self.finished.emit(str(where))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
@@ -50,6 +51,7 @@ from core.atomic import write_text_atomic
 from core.chat.history import HistoryError, open_history
 from core.engine.answer_job import AnswerOutcome
 from core.engine.ready import ModelInfo
+from core.models.catalog import first_start_offer
 from core.paths import AppPaths, resource_path
 from core.presets import Preset, PresetStore
 from core.settings import LookaheadSettings, SamplingSettings, Settings, SettingsStore
@@ -131,10 +133,21 @@ class MainWindow(QMainWindow):
         for problem in (folders_problem, loaded.problem, presets.problem, store_problem):
             if problem:
                 self.notice.show_message(problem, "error", lasting=True)
+        self._offer_catalog_model()
         self._build_compare()
         self.load_model()
 
     # --- construction -----------------------------------------------------------------------------
+
+    def _offer_catalog_model(self) -> None:
+        """A first start on the default model names the better model this computer has room for, once."""
+        current = self.settings.current
+        if current.catalog_offered or current.source.kind != "default":
+            return
+        offer = first_start_offer()
+        if offer is not None:
+            self.notice.show_message(offer, "info", lasting=True)
+        self.settings.set(replace(current, catalog_offered=True))
 
     def _build_toolbar(self, user_presets: tuple[Preset, ...]) -> None:
         self.toolbar = QToolBar("Main", movable=False, objectName="mainToolbar")

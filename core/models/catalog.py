@@ -15,6 +15,7 @@ from core.models.default_model import MODEL_NAME as DEFAULT_MODEL_NAME
 from core.models.default_model import default_model_dir, is_default_model_ready
 from core.models.errors import ModelNotFoundError
 from core.paths import AppPaths
+from core.runtime.memory import system_memory
 
 CATALOG_FOLDER = "catalog"
 """Fetched catalog files live in ``AppPaths.models_dir / CATALOG_FOLDER``."""
@@ -231,3 +232,27 @@ def fetched_path(entry: CatalogEntry, paths: AppPaths) -> Path:
             f"Run `lookahead-chat fetch {entry.id}` first ({entry.size / MB:.0f} MB).",
         )
     return model_path(entry, paths)
+
+
+def suggested_model(total_memory: int | None) -> CatalogEntry | None:
+    """The model a first start on the default offers: the largest whose memory takes at most half of
+    ``total_memory`` (the rest stays for the system and the user's other programs); ``None`` when none fits or
+    the memory is unknown."""
+    if total_memory is None:
+        return None
+    fitting = [entry for entry in CATALOG if not entry.is_default and 2 * entry.ram <= total_memory]
+    return max(fitting, key=lambda entry: entry.ram, default=None)
+
+
+def first_start_offer() -> str | None:
+    """The line a first start on the default model shows: the :func:`suggested_model` for this computer's
+    memory, how big it is and how to fetch it; ``None`` when none fits."""
+    memory = system_memory()
+    entry = suggested_model(memory.total if memory is not None else None)
+    if entry is None:
+        return None
+    return (
+        f"The embedded default model is small, for short answers. For better ones fetch {entry.name} "
+        f"({entry.size / 10**9:.1f} GB on disk, {entry.ram / 10**9:.1f} GB of memory, {entry.licence}): "
+        f"Settings → Model → Model catalog, or `lookahead-chat fetch {entry.id}`."
+    )

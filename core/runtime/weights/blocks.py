@@ -78,7 +78,7 @@ class BlockLinear(nn.Module):
 @functools.cache
 def kernels_run() -> bool:
     """Whether our kernels run here (built and loaded on the first call); else block products dequantize."""
-    from core.runtime.compiled import kernels
+    from core.runtime.compiled import kernels  # compiled imports this module: kernels only when a forward runs
 
     if not kernels.supported():
         return False

@@ -229,3 +229,19 @@ def test_help_shows_every_shortcut_whole_without_scrolling(qtbot) -> None:
     for column in range(table.columnCount()):  # no text cut short: each column as wide as its longest text
         assert table.columnWidth(column) >= table.sizeHintForColumn(column)
     assert table.rowViewportPosition(table.rowCount() - 1) + table.rowHeight(0) <= table.viewport().height()
+
+
+def test_a_first_start_on_the_default_offers_a_catalog_model_once(open_window, app_paths) -> None:
+    from core.models.catalog import suggested_model
+    from core.runtime.memory import system_memory
+    from core.settings import SettingsStore
+
+    memory = system_memory()
+    offered = suggested_model(memory.total if memory else None)
+    first = open_window()
+    assert SettingsStore(app_paths.config_dir).load().settings.catalog_offered
+    if offered is not None:
+        assert offered.name in first.notice.text and f"lookahead-chat fetch {offered.id}" in first.notice.text
+    first.close()
+    second = open_window()
+    assert "fetch" not in second.notice.text
