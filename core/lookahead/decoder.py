@@ -58,9 +58,15 @@ class StepChooser(Protocol):
 
     def observe(self, setting: LookaheadConfig | None, tokens: int, seconds: float, fed: int) -> None: ...
 
-    # Optional: ``shadow_settings`` (verification-only settings to score after every step) and
-    # ``observe_shadows(scores)``, called once a step's answer is known with ``(setting, tokens, fed)``
-    # for each: what it would have emitted and fed.
+    @property
+    def shadow_settings(self) -> Sequence[LookaheadConfig]:
+        """Verification-only settings to score after every step, run or not (empty: none)."""
+        ...
+
+    def observe_shadows(self, scores: Sequence[tuple[LookaheadConfig, int, int]]) -> None:
+        """Once a step's answer is known: ``(setting, tokens, fed)`` for each shadow setting, what it would have
+        emitted and fed."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -135,7 +141,7 @@ class Decoding:
         self._timer = StepTimer(self.device)
         self._model_step: ModelStep | None = None
         self._windows: dict[tuple[int, int], JacobiWindow] = {}
-        self._shadows: list[LookaheadConfig] = list(getattr(chooser, "shadow_settings", ()))
+        self._shadows: list[LookaheadConfig] = list(chooser.shadow_settings) if chooser is not None else []
         self._scored_span = max((s.ngram for s in self._shadows), default=0)  # tokens after a step that score it
         self._pending: deque[tuple[int, Guesses]] = deque()  # (tokens before the step, its lookup), to score
         self._observed: list[tuple[LookaheadConfig | None, int, float, int]] = []  # (setting, tokens, seconds, fed)

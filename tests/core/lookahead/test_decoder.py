@@ -40,6 +40,11 @@ class Alternating:
     def observe(self, setting: LookaheadConfig | None, tokens: int, seconds: float, fed: int) -> None:
         self.seen.append((setting.label if setting else "plain", tokens, fed))
 
+    shadow_settings: tuple[LookaheadConfig, ...] = ()  # nothing scored beside the steps
+
+    def observe_shadows(self, scores: list[tuple[LookaheadConfig, int, int]]) -> None:
+        raise AssertionError("no shadow settings, so nothing to score")
+
 
 @pytest.mark.parametrize("seed", range(3))
 def test_switching_settings_every_step_keeps_greedy_output_exact(seed: int) -> None:
