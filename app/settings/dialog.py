@@ -79,13 +79,12 @@ class SettingsDialog(QDialog):
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
-        self._catalog = catalog
         self.setMinimumWidth(560)
         self.paths = paths
         self._settings = settings
         self._download: Download | None = None
         self.tabs = QTabWidget()
-        self.tabs.addTab(self._model_tab(settings), "Model")
+        self.tabs.addTab(self._model_tab(settings, catalog), "Model")
         self.tabs.addTab(self._sampling_tab(settings.sampling), "Generation")
         self.tabs.addTab(self._chat_tab(settings), "Chat")
         self.tabs.addTab(self._server_tab(settings.server), "Server")
@@ -101,7 +100,7 @@ class SettingsDialog(QDialog):
 
     # --- tabs -------------------------------------------------------------------------------------
 
-    def _model_tab(self, settings: Settings) -> QWidget:
+    def _model_tab(self, settings: Settings, catalog: tuple[CatalogEntry, ...]) -> QWidget:
         page = QWidget()
         self.source_kind = QComboBox()
         for kind, label in SOURCE_LABELS.items():
@@ -123,7 +122,7 @@ class SettingsDialog(QDialog):
         download_row = QHBoxLayout()
         download_row.addWidget(self.download_progress, 1)
         download_row.addWidget(self.download_cancel)
-        self.catalog = CatalogPanel(self.paths, self._catalog)
+        self.catalog = CatalogPanel(self.paths, catalog)
         self.catalog.fetch_requested.connect(self._start_fetch)
         self.catalog.use_requested.connect(self._use_source)
         self.known = QComboBox()
