@@ -23,6 +23,7 @@ from core.bench.report import Row, markdown_table, report_json, summarize
 from core.bench.runner import AUTO, BENCH_SYSTEM_PROMPT, PLAIN_LOOP, REFERENCE, BenchRunner, Method
 from core.bench.variants import bench_variants
 from core.chat.prompt import Message, encode_messages
+from core.engine.ready import model_info
 from core.lookahead.config import LookaheadConfig
 from core.models.default_model import MODEL_NAME, fetch_default_gguf
 from core.paths import AppPaths
@@ -119,8 +120,10 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     rows = summarize(results, REFERENCE + tag(names[0]), PLAIN_LOOP + tag(names[0]))
     penalty = f", repetition penalty {args.repetition_penalty}" if args.repetition_penalty != 1.0 else ""
     memory = ", no memory of earlier answers" if args.memory == "off" else ""
+    decoder = model_info(loaded).decoder  # a GGUF file as stored: its variant runs the int8 decoder on the blocks
+    ran = f"{'/'.join(names)}" + (f" (int8 decoder, {decoder} weights)" if decoder else "")
     title = (
-        f"{loaded.name}, {loaded.device_info.label}, {'/'.join(names)}, {torch.get_num_threads()} threads, "
+        f"{loaded.name}, {loaded.device_info.label}, {ran}, {torch.get_num_threads()} threads, "
         f"{args.max_new_tokens} new tokens{penalty}{memory}"
     )
     print(markdown_table(rows, title))
