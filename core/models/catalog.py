@@ -254,5 +254,5 @@ def first_start_offer() -> str | None:
     return (
         f"The embedded default model is small, for short answers. For better ones fetch {entry.name} "
         f"({entry.size / 10**9:.1f} GB on disk, {entry.ram / 10**9:.1f} GB of memory, {entry.licence}): "
-        f"Settings → Model → Model catalog, or `lookahead-chat fetch {entry.id}`."
+        f"Settings → Model → Model catalog, or run: lookahead-chat fetch {entry.id}"
     )
