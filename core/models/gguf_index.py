@@ -49,10 +49,22 @@ class GGUFIndex:
     metadata: dict[str, object]  # the scalar and string values (arrays left out)
     tensors: dict[str, TensorInfo]
     data: np.ndarray  # the whole file, uint8
+    buffer: mmap.mmap  # the map under data
 
     def bytes_of(self, tensor: TensorInfo) -> np.ndarray:
         """The tensor's bytes: a view of the file."""
         return self.data[tensor.offset : tensor.offset + tensor.n_bytes]
+
+    def release(self, tensor: TensorInfo) -> None:
+        """Give back the memory of the tensor's pages read so far (the whole pages within it): for a tensor
+        copied into another layout, so that the process holds the copy, not the copy and the file's pages too.
+        A later read of its bytes reads the file again. Nothing where the system cannot (Windows)."""
+        if not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        start = -(-tensor.offset // mmap.PAGESIZE) * mmap.PAGESIZE
+        stop = (tensor.offset + tensor.n_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        if stop > start:
+            self.buffer.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
 class _Cursor:
@@ -132,4 +144,4 @@ def read_index(path: Path) -> GGUFIndex:
     architecture = metadata.get("general.architecture")
     if not isinstance(architecture, str):
         raise ValueError("no general.architecture in the metadata")
-    return GGUFIndex(architecture, metadata, tensors, np.frombuffer(buffer, dtype=np.uint8))
+    return GGUFIndex(architecture, metadata, tensors, np.frombuffer(buffer, dtype=np.uint8), buffer)

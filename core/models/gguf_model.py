@@ -2,7 +2,9 @@
 
 The file is memory-mapped and every Q4_K, Q6_K, Q5_0 or Q8_0 weight becomes a view of its blocks
 (``core.runtime.weights.blocks``): no fp32 model is built and nothing is converted to disk, so the model takes
-about the file's memory, and a warm load (the file in the page cache) only maps it. A weight of another type
+about the file's memory, and a warm load (the file in the page cache) only maps it. Where our kernels run, a
+Q4_K or Q6_K weight is interleaved 8 rows at a time instead (a copy in memory, made in milliseconds; the file's pages read
+for it are given back), which the products read at about twice the speed. A weight of another type
 (F32, F16, Q4_0, Q5_K, ...) is dequantized once and kept as int8 with a scale per channel, which the same int8
 decoder reads. The configuration comes from the file's metadata as transformers maps its keys, the tokenizer
 from transformers' GGUF tokenizer reader, and both are kept in the cache so that the next load reads them in
@@ -24,7 +26,16 @@ from torch import nn
 
 from core.models.errors import CorruptModelError, UnsupportedArchitectureError
 from core.models.gguf_index import GGUFIndex, TensorInfo, read_index
-from core.runtime.weights.blocks import BLOCK_FORMATS, BlockEmbedding, BlockLinear, dequantize, reads_as_stored
+from core.runtime.weights.blocks import (
+    BLOCK_FORMATS,
+    BlockEmbedding,
+    BlockLinear,
+    dequantize,
+    interleave,
+    interleaves,
+    kernels_run,
+    reads_as_stored,
+)
 from core.runtime.weights.quantized import Int8WeightLinear, quantize_rows
 
 log = logging.getLogger(__name__)
@@ -168,7 +179,11 @@ class _Builder:
             bias = self._rows_in_order(bias, attribute)
         if reads_as_stored(format_id, inputs) and not self.int8:
             self._count(BLOCK_FORMATS[format_id][0], blocks.numel())
-            return BlockLinear(self._rows_in_order(blocks, attribute), format_id, inputs, bias)
+            blocks = self._rows_in_order(blocks, attribute)
+            if interleaves(format_id, blocks.shape[0]) and kernels_run():
+                blocks, format_id = interleave(blocks, format_id)
+                self.index.release(tensor)
+            return BlockLinear(blocks, format_id, inputs, bias)
         if format_id in (0, 1):  # F32, F16: the whole weight
             weight = self._rows_in_order(self._float(tensor), attribute)
             qweight, scales = quantize_rows(weight.shape, lambda start, stop: weight[start:stop])

@@ -79,12 +79,14 @@ void silu_times(float* gate, const float* up, int64_t n) {
 }
 
 // Whether w is an N x K weight of `format` as the products read it: a GGUF block format's rows of blocks
-// (uint8 [N, row bytes]), or int8 packed (int8_pack) or as it is [N, K].
+// (uint8 [N, row bytes]), Q4_K or Q6_K interleaved (uint8 [N / 8, group bytes]), or int8 packed (int8_pack) or as it
+// is [N, K].
 bool reads(const at::Tensor& w, int64_t format, int64_t N, int64_t K) {
   if (!w.is_contiguous()) return false;
   if (format != kInt8)
-    return is_block_format(format) && K % block_weights(format) == 0 && w.scalar_type() == at::kByte && w.dim() == 2 &&
-           w.size(0) == N && w.size(1) == block_row_bytes(format, K);
+    return is_weight_format(format) && K % block_weights(format) == 0 && w.scalar_type() == at::kByte && w.dim() == 2 &&
+           (!is_interleaved(format) || N % kInterleaved == 0) && w.size(0) == stored_rows(format, N) &&
+           w.size(1) == block_row_bytes(format, K);
 #ifdef LOOKAHEAD_PACKED_WEIGHTS
   return w.scalar_type() == at::kByte && w.dim() == 3 && w.size(0) == (N + kChannelBlock - 1) / kChannelBlock &&
          w.size(1) == packed_quads(K) && w.size(2) == 4 * kChannelBlock;
@@ -222,7 +224,8 @@ struct Int8Model : torch::CustomClassHolder {
     TORCH_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, "Int8Model: ", heads, " heads over ", kv_heads);
     auto channels = [&](int64_t i) {  // a weight's output channels: its scales' for int8, else its rows
       return formats[i] == kInt8 ? weights[(i / kProjections) * kLayerTensors + 2 + kProjections + i % kProjections].numel()
-                                 : weights[(i / kProjections) * kLayerTensors + 2 + i % kProjections].size(0);
+                                 : weights[(i / kProjections) * kLayerTensors + 2 + i % kProjections].size(0) *
+                                       (is_interleaved(formats[i]) ? kInterleaved : 1);
     };
     head_dim = channels(0) / heads;
     TORCH_CHECK(channels(0) == heads * head_dim && channels(1) == kv_heads * head_dim && channels(2) == kv_heads * head_dim &&
@@ -244,7 +247,7 @@ struct Int8Model : torch::CustomClassHolder {
         const at::Tensor& w = weights[first + (head ? 1 : 2 + p)];
         const at::Tensor& scales = weights[first + (head ? 2 : 2 + kProjections + p)];
         const int64_t inputs = head || (p != 3 && p != 6) ? H : (p == 3 ? heads * head_dim : I);
-        const int64_t N = format == kInt8 ? scales.numel() : w.size(0);
+        const int64_t N = format == kInt8 ? scales.numel() : w.size(0) * (is_interleaved(format) ? kInterleaved : 1);
         TORCH_CHECK(reads(w, format, N, inputs), "Int8Model: weights as int8_pack makes them or as GGUF stores them");
         TORCH_CHECK(format != kInt8 || (scales.scalar_type() == at::kFloat && scales.is_contiguous()),
                     "Int8Model: fp32 scales of the int8 weights");
@@ -502,12 +505,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> int8_decoder(const c10::intrusive
   return {logits, top_indices, top_values};
 }
 
-// x [M, K] (fp32) times a weight in a GGUF block format [N, row bytes], + bias [N]: [M, N] fp32, in int8_decoder's
-// arithmetic (each row rounded on its own, int32 sums per block): a block weight's product outside a decoding step
-// (transformers' own forward of a model loaded as stored) without dequantizing the weight.
+// x [M, K] (fp32) times a weight in a GGUF block format [N, row bytes] (or interleaved [N / 8, group bytes]),
+// + bias [N]: [M, N] fp32, in int8_decoder's arithmetic (each row rounded on its own, int32 sums per block): a block
+// weight's product outside a decoding step (transformers' own forward of a model loaded as stored) without
+// dequantizing the weight.
 at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t format, const c10::optional<at::Tensor>& bias) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "block_linear: fp32 inputs [M, K]");
-  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  const int64_t unit = is_interleaved(format) ? kInterleaved : 1;  // rows a stored row holds
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0) * unit;
   TORCH_CHECK(format != kInt8 && reads(weight, format, N, K), "block_linear: a weight in GGUF blocks [N, row bytes] of ", K, " inputs");
   at::Tensor b;
   if (bias.has_value() && bias->defined()) {
@@ -522,7 +527,26 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t f
   const BlockMatrix w{format, N, K, block_row_bytes(format, K), weight.data_ptr<uint8_t>()};
   float* y = out.data_ptr<float>();
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
-  at::parallel_for(0, N, kChannelBlock, [&](int64_t n0, int64_t n1) { block_product(rows, w, n0, n1, y, N, bp, false); });
+  at::parallel_for(0, N / unit, std::max<int64_t>(1, kChannelBlock / unit),
+                   [&](int64_t g0, int64_t g1) { block_product(rows, w, g0 * unit, g1 * unit, y, N, bp, false); });
+  return out;
+}
+
+// A Q4_K or Q6_K weight [N, row bytes] (N a multiple of 8) interleaved for the products: [N / 8, group bytes]
+// (q4_k_interleave, q6_k_interleave), the same products bit for bit, their decoding shared by 8 rows.
+at::Tensor interleave(const at::Tensor& weight, int64_t format) {
+  TORCH_CHECK(format == kQ4_K || format == kQ6_K, "interleave: a Q4_K or Q6_K weight");
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kByte && weight.size(1) % block_bytes(format) == 0 &&
+                  weight.size(0) % kInterleaved == 0,
+              "interleave: a weight [N, row bytes] of N a multiple of ", kInterleaved, " rows");
+  const at::Tensor w = weight.contiguous();
+  const int64_t N = w.size(0), K = w.size(1) / block_bytes(format) * 256;
+  const int64_t interleaved = format == kQ4_K ? kQ4_Kx8 : kQ6_Kx8;
+  at::Tensor out = at::empty({N / kInterleaved, block_row_bytes(interleaved, K)}, w.options());
+  at::parallel_for(0, N / kInterleaved, 16, [&](int64_t g0, int64_t g1) {
+    if (format == kQ4_K) q4_k_interleave(w.data_ptr<uint8_t>(), N, K, out.data_ptr<uint8_t>(), g0, g1);
+    else q6_k_interleave(w.data_ptr<uint8_t>(), N, K, out.data_ptr<uint8_t>(), g0, g1);
+  });
   return out;
 }
 
@@ -557,10 +581,12 @@ TORCH_LIBRARY(lookahead, m) {
   m.def("int8_packs() -> bool", []() { return lookahead::kByteActivations; });
   m.def("int8_pack(Tensor weight) -> Tensor");
   m.def("block_linear(Tensor x, Tensor weight, int format, Tensor? bias) -> Tensor");
+  m.def("interleave(Tensor weight, int format) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(lookahead, CPU, m) {
   m.impl("int8_decoder", &lookahead::int8_decoder);
   m.impl("int8_pack", &lookahead::int8_pack);
   m.impl("block_linear", &lookahead::block_linear);
+  m.impl("interleave", &lookahead::interleave);
 }

@@ -1,7 +1,10 @@
 """Weights kept in a GGUF block format (Q4_K, Q6_K, Q5_0, Q8_0) exactly as the file stores them.
 
 A model loaded from a GGUF file keeps each weight's blocks as a view of the memory-mapped file: nothing is
-converted or copied, so the model takes the file's memory and a warm load only maps it. The int8 decoder
+converted, so the model takes the file's memory and a warm load only maps it. The one copy: where the kernels
+run, a Q4_K or Q6_K weight is interleaved 8 rows at a time (:data:`INTERLEAVED_FORMATS`, the kernels'
+``interleave``: the same blocks, laid out so that 8 rows share one decoding of the scales and a vector holds a
+lane a row), and the loader gives back the file's pages it read for it. The int8 decoder
 (``core.runtime.compiled.int8_decoder``) reads the blocks directly, and so does ``BlockLinear.forward``
 (transformers' own forward, as ``generate`` runs it) through the kernels' ``block_linear``, with the decoder's
 arithmetic. Where the kernels cannot run (no AVX2, no compiler) ``forward`` dequantizes the whole weight on every
@@ -29,10 +32,89 @@ BLOCK_FORMATS: dict[int, tuple[str, int, int]] = {
 """Each block format: its name, the weights a block holds and the block's bytes."""
 
 
+Q4_K_X8, Q6_K_X8 = 112, 114
+"""Q4_K and Q6_K interleaved by 8 rows (not GGUF types: the kernels' layouts, made at load by :func:`interleave`;
+``block_products.h`` gives them byte by byte). A Q4_K_X8 group's block of 256 inputs: the 8 rows' d and dmin
+(fp16), their 8 sub-blocks' scales ``[sub-block][row]`` and minimums ``[pair][row][2]`` (one byte each), then the
+nibbles, byte ``256 c + 32 t + 4 r + i`` being row ``r``'s byte ``32 c + 4 t + i``. Q6_K_X8's: the rows' d, their
+16 scales ``[group][row]``, then per half ``h`` and step ``t`` the rows' 4 bytes of ``ql[64 h + 4 t]``, of
+``ql[64 h + 32 + 4 t]`` and of ``qh[32 h + 4 t]``."""
+
+INTERLEAVED = 8
+"""Rows a group holds."""
+
+INTERLEAVED_FORMATS = {Q4_K: Q4_K_X8, Q6_K: Q6_K_X8}
+"""Each format interleaved at load, and its interleaved format."""
+
+_STORED = {Q4_K_X8: Q4_K, Q6_K_X8: Q6_K}
+
+
 def row_bytes(format_id: int, inputs: int) -> int:
-    """The bytes of one output channel's row of blocks over ``inputs`` inputs."""
+    """The bytes of one output channel's row of blocks over ``inputs`` inputs (of a group of 8 rows where
+    interleaved)."""
+    if format_id in _STORED:
+        return row_bytes(_STORED[format_id], inputs) * INTERLEAVED + (inputs // 256 * 32 if format_id == Q4_K_X8 else 0)
     _, weights, size = BLOCK_FORMATS[format_id]
     return inputs // weights * size
+
+
+def interleaves(format_id: int, rows: int) -> bool:
+    """Whether a weight of this type and rows is interleaved at load where the kernels run (whole groups)."""
+    return format_id in INTERLEAVED_FORMATS and rows % INTERLEAVED == 0
+
+
+def interleave(blocks: torch.Tensor, format_id: int) -> tuple[torch.Tensor, int]:
+    """A Q4_K or Q6_K weight's blocks ``[rows, row bytes]`` interleaved ``[rows / 8, group row bytes]``, and their
+    format (the kernels must run: :func:`kernels_run`)."""
+    return torch.ops.lookahead.interleave(blocks, format_id), INTERLEAVED_FORMATS[format_id]
+
+
+def stored_format(format_id: int) -> int:
+    """The GGUF type of a weight's blocks, interleaved or not."""
+    return _STORED.get(format_id, format_id)
+
+
+def as_stored(groups: Any, format_id: int) -> Any:
+    """Interleaved groups (numpy uint8 ``[G, group row bytes]``) back as the file's rows ``[8 G, row bytes]``."""
+    return _as_stored_q4_k(groups) if format_id == Q4_K_X8 else _as_stored_q6_k(groups)
+
+
+def _as_stored_q6_k(groups: Any) -> Any:
+    import numpy as np  # numpy: only for a GGUF model
+
+    count = groups.shape[0]
+    g = groups.reshape(count, -1, INTERLEAVED * 210)
+    blocks = g.shape[1]
+    out = np.empty((count, INTERLEAVED, blocks, 210), dtype=np.uint8)
+    out[..., 208:210] = g[..., 0:16].reshape(count, blocks, INTERLEAVED, 2).transpose(0, 2, 1, 3)
+    out[..., 192:208] = g[..., 16:144].reshape(count, blocks, 16, INTERLEAVED).transpose(0, 3, 1, 2)
+    steps = g[..., 144:].reshape(count, blocks, 2, 8, 3, INTERLEAVED, 4).transpose(0, 5, 1, 2, 4, 3, 6)
+    # steps [G, row, B, half, part, t, 4]: part 0 ql[64 h + 4 t], 1 ql[64 h + 32 + 4 t], 2 qh[32 h + 4 t]
+    out[..., 0:128] = steps[:, :, :, :, 0:2].reshape(count, INTERLEAVED, blocks, 128)
+    out[..., 128:192] = steps[:, :, :, :, 2].reshape(count, INTERLEAVED, blocks, 64)
+    return out.reshape(count * INTERLEAVED, blocks * 210)
+
+
+def _as_stored_q4_k(groups: Any) -> Any:
+    """:data:`Q4_K_X8` groups (numpy uint8 ``[G, group row bytes]``) back as the file's Q4_K rows
+    ``[8 G, row bytes]``: what gguf's own dequantization reads."""
+    import numpy as np  # numpy: only for a GGUF model
+
+    count = groups.shape[0]
+    g = groups.reshape(count, -1, INTERLEAVED * 144 + 32)
+    blocks = g.shape[1]
+    out = np.empty((count, INTERLEAVED, blocks, 144), dtype=np.uint8)
+    rows_first = (0, 2, 1, 3)  # [G, B, 8 rows, bytes] -> [G, 8 rows, B, bytes]
+    out[..., 0:2] = g[..., 0:16].reshape(count, blocks, INTERLEAVED, 2).transpose(rows_first)
+    out[..., 2:4] = g[..., 16:32].reshape(count, blocks, INTERLEAVED, 2).transpose(rows_first)
+    sc = g[..., 32:96].reshape(count, blocks, 8, INTERLEAVED).transpose(0, 3, 1, 2)  # [G, 8 rows, B, sub-block]
+    m = g[..., 96:160].reshape(count, blocks, 4, INTERLEAVED, 2).transpose(0, 3, 1, 2, 4).reshape(sc.shape)
+    out[..., 4:8] = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)
+    out[..., 8:12] = m[..., :4] | ((m[..., 4:] >> 4) << 6)
+    out[..., 12:16] = (sc[..., 4:] & 0xF) | ((m[..., 4:] & 0xF) << 4)
+    qs = g[..., 160:].reshape(count, blocks, 4, 8, INTERLEAVED, 4).transpose(0, 4, 1, 2, 3, 5)
+    out[..., 16:] = qs.reshape(count, INTERLEAVED, blocks, 128)
+    return out.reshape(count * INTERLEAVED, blocks * 144)
 
 
 def reads_as_stored(format_id: int, inputs: int) -> bool:
@@ -41,30 +123,38 @@ def reads_as_stored(format_id: int, inputs: int) -> bool:
 
 
 def dequantize(blocks: torch.Tensor, format_id: int) -> torch.Tensor:
-    """The fp32 weight ``[rows, inputs]`` of ``blocks`` (uint8 ``[rows, row bytes]``), by ``gguf``'s own code."""
+    """The fp32 weight ``[rows, inputs]`` of ``blocks`` (uint8 ``[rows, row bytes]``, or :data:`Q4_K_X8`'s
+    groups), by ``gguf``'s own code."""
     import numpy as np  # numpy and gguf: only for a GGUF model
     from gguf import GGMLQuantizationType, quants
 
+    if format_id in _STORED:
+        blocks, format_id = torch.from_numpy(as_stored(blocks.numpy(), format_id)), _STORED[format_id]
     values = quants.dequantize(blocks.numpy(), GGMLQuantizationType(format_id))
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
 
 
 class BlockLinear(nn.Module):
-    """``y = x @ W.T + bias`` with ``W`` in GGUF blocks: ``blocks`` uint8 ``[out, row bytes]``."""
+    """``y = x @ W.T + bias`` with ``W`` in GGUF blocks: ``blocks`` uint8 ``[out, row bytes]`` (``[out / 8, group
+    row bytes]`` where interleaved)."""
 
     def __init__(self, blocks: torch.Tensor, format_id: int, in_features: int, bias: torch.Tensor | None) -> None:
         super().__init__()
-        if not reads_as_stored(format_id, in_features) or blocks.shape[1] != row_bytes(format_id, in_features):
+        if not reads_as_stored(stored_format(format_id), in_features) or blocks.shape[1] != row_bytes(
+            format_id, in_features
+        ):
             raise ValueError(
                 f"GGUF type {format_id} weights of {in_features} inputs in rows of {blocks.shape[1]} bytes"
             )
-        self.format_id, self.in_features, self.out_features = format_id, in_features, blocks.shape[0]
+        rows = blocks.shape[0] * (INTERLEAVED if format_id in _STORED else 1)
+        self.format_id, self.in_features, self.out_features = format_id, in_features, rows
         self.register_buffer("blocks", blocks, persistent=False)
         self.register_buffer("bias", bias, persistent=False)
 
     @property
     def format_name(self) -> str:
-        return BLOCK_FORMATS[self.format_id][0]
+        """The file's type of the weight (also where interleaved)."""
+        return BLOCK_FORMATS[stored_format(self.format_id)][0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type == "cpu" and kernels_run():

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
+import numpy as np
 import pytest
 import torch
 
@@ -18,9 +19,23 @@ from core.runtime.compiled import kernels
 from core.runtime.compiled.int8_decoder import Int8Decoder, why_not_int8_decoder
 from core.runtime.compiled.step import CompiledStep
 from core.runtime.prepared import PreparedModel
-from core.runtime.weights.blocks import BLOCK_FORMATS, BlockLinear
+from core.runtime.weights.blocks import (
+    BLOCK_FORMATS,
+    INTERLEAVED_FORMATS,
+    BlockLinear,
+    as_stored,
+    dequantize,
+    interleave,
+    stored_format,
+)
 from core.runtime.weights.quantized import Int8WeightLinear
-from tests.core.models.tiny_gguf import MIXED_TYPES, DequantizedLinear, dequantized, write_tiny_quantized_gguf
+from tests.core.models.tiny_gguf import (
+    MIXED_TYPES,
+    DequantizedLinear,
+    dequantized,
+    random_blocks,
+    write_tiny_quantized_gguf,
+)
 from tests.core.runtime.test_kernels import Step, expected_levels, tree_mask
 
 pytestmark = pytest.mark.skipif(not kernels.supported(), reason="the kernels need an x86-64 processor with AVX2")
@@ -57,7 +72,7 @@ def block_rounded_activations(model: torch.nn.Module) -> Iterator[None]:
         if isinstance(module, Int8WeightLinear):
             levels, block = expected_levels(x.shape[-1]), x.shape[-1]
         else:
-            levels, block = 127, BLOCK_FORMATS[module.format_id][1]
+            levels, block = 127, BLOCK_FORMATS[stored_format(module.format_id)][1]
         blocks = x.reshape(*x.shape[:-1], -1, block)
         amax = blocks.abs().amax(-1, keepdim=True)
         inverse = torch.where(amax > 0, torch.full_like(amax, levels) / amax, 0)
@@ -121,6 +136,40 @@ def test_the_models_own_forward_runs_the_kernels_products(tmp_path: Path) -> Non
             x = torch.randn(5, module.in_features, generator=torch.Generator().manual_seed(module.out_features))
             together = module(x)
             assert all(torch.equal(module(x[i : i + 1])[0], together[i]) for i in range(5)), module.format_name
+
+
+@pytest.mark.parametrize("kind", [Q.Q4_K, Q.Q6_K], ids=["Q4_K", "Q6_K"])
+def test_an_interleaved_weight_gives_the_as_stored_products_bit_for_bit(kind: Q) -> None:
+    """The layout made at load (8 rows a group, the scales unpacked) holds the file's blocks byte for byte, and
+    its products are the as-stored kernel's to the bit, for any number of rows, each row the bits of that row
+    alone: a model interleaved keeps every row of a step equal to its 1-token step."""
+    rng = np.random.default_rng(int(kind))
+    stored = torch.from_numpy(random_blocks(24, 768, kind, rng))
+    groups, format_id = interleave(stored, int(kind))
+    assert format_id == INTERLEAVED_FORMATS[kind] and groups.shape[0] == 3
+    assert np.array_equal(as_stored(groups.numpy(), format_id), stored.numpy())
+    assert torch.equal(dequantize(groups, format_id), dequantize(stored, int(kind)))
+    x = torch.randn(6, 768, generator=torch.Generator().manual_seed(1))
+    x[2, 256:512] = 0  # a block of zeros: its scale 0
+    bias = torch.randn(24, generator=torch.Generator().manual_seed(2))
+    linear = torch.ops.lookahead.block_linear
+    for rows in range(1, 7):
+        as_stored_rows = linear(x[:rows], stored, int(kind), bias)
+        together = linear(x[:rows], groups, format_id, bias)
+        assert torch.equal(together, as_stored_rows), rows
+        assert all(torch.equal(linear(x[r : r + 1], groups, format_id, bias)[0], together[r]) for r in range(rows))
+
+
+def test_the_loader_interleaves_q4_k_and_q6_k_weights_of_whole_groups(tmp_path: Path) -> None:
+    """Where the kernels run, the loader keeps each Q4_K and Q6_K weight of whole groups of 8 rows interleaved
+    (the tiny model's head, of 260 rows, stays as stored), and the decoder reads both."""
+    model = gguf_model(tmp_path)
+    linears = [m for m in model.modules() if isinstance(m, BlockLinear)]
+    interleaved = {m.format_id for m in linears if m.format_id in INTERLEAVED_FORMATS.values()}
+    assert interleaved == set(INTERLEAVED_FORMATS.values())
+    assert model.lm_head.format_id == Q.Q6_K and model.lm_head.out_features % 8
+    assert {m.format_name for m in linears} == {"Q4_K", "Q6_K", "Q5_0", "Q8_0"}  # the file's names
+    assert set(Int8Decoder.of(model).formats) == {"Q4_K", "Q6_K", "Q5_0", "Q8_0"}
 
 
 @pytest.mark.parametrize("rows", [3, 8, 17])
