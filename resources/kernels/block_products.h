@@ -122,14 +122,16 @@ struct BlockRows {
   }
 };
 
-// The int32 sums of 4 adjacent unsigned x signed byte products, 8 lanes.
-inline __m256i dot_bytes(__m256i u, __m256i s) {
+// acc + the int32 sums of 4 adjacent unsigned x signed byte products, 8 lanes (one instruction with VNNI).
+inline __m256i add_dot_bytes(__m256i acc, __m256i u, __m256i s) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+  return _mm256_dpbusd_epi32(acc, u, s);
 #else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
+
+inline __m256i dot_bytes(__m256i u, __m256i s) { return add_dot_bytes(_mm256_setzero_si256(), u, s); }
 
 // The int16 sums of adjacent byte pairs, 16 lanes (lanes 0-7: bytes 0-15, lanes 8-15: bytes 16-31).
 inline __m256i pair_bytes(__m256i u, __m256i s) { return _mm256_maddubs_epi16(u, s); }
@@ -237,6 +239,16 @@ inline void dot_q4_k(const uint8_t* w, int64_t blocks, const BlockRows& x, int64
   for (int m = 0; m < MB; ++m) out[m] = acc[m];
 }
 
+// Q6_K's 6-bit weights from 32 bytes of low nibbles and the 32 bytes of high bit pairs they share with another 32
+// (e = 0: bits 0-1 and 4-5 of `high`, e = 1: bits 2-3 and 6-7): the low nibbles' weights, then the high nibbles'.
+inline void q6_k_weights(__m256i low, __m256i high, int e, __m256i& first, __m256i& second) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+  const __m256i shifted = e == 0 ? _mm256_slli_epi16(high, 4) : _mm256_slli_epi16(high, 2);
+  first = _mm256_or_si256(_mm256_and_si256(low, nibble), _mm256_and_si256(shifted, top));
+  second = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low, 4), nibble),
+                           _mm256_and_si256(e == 0 ? high : _mm256_srli_epi16(high, 2), top));
+}
+
 // Q6_K, 256 weights in 210 bytes: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales (one per 16
 // weights), d (fp16). Per half of 128: weights l, l+32, l+64, l+96 from ql[l] & 15, ql[l+32] & 15, ql[l] >> 4,
 // ql[l+32] >> 4 and bits 0-1, 2-3, 4-5, 6-7 of qh[l]. w = d sc (q - 32).
@@ -244,7 +256,6 @@ template <int MB>
 inline void dot_q6_k(const uint8_t* w, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
   float acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = 0.0f;
-  const __m256i nibble = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
   // lanes 2u and 2u + 1 of a half of the 16 scales, spread over the low and the high 128 bits
   const __m256i spread[4] = {_mm256_set_m128i(_mm256_castsi256_si128(spread_lane(1)), _mm256_castsi256_si128(spread_lane(0))),
                              _mm256_set_m128i(_mm256_castsi256_si128(spread_lane(3)), _mm256_castsi256_si128(spread_lane(2))),
@@ -259,14 +270,10 @@ inline void dot_q6_k(const uint8_t* w, int64_t blocks, const BlockRows& x, int64
     __m256i sums[MB], more[MB];  // two chains of sums a row, as in dot_q4_k
     for (int m = 0; m < MB; ++m) sums[m] = more[m] = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
-      const __m256i low1 = load32(ql + 64 * h), low2 = load32(ql + 64 * h + 32), high = load32(qh + 32 * h);
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(low1, nibble), _mm256_and_si256(_mm256_slli_epi16(high, 4), top)),
-          _mm256_or_si256(_mm256_and_si256(low2, nibble), _mm256_and_si256(_mm256_slli_epi16(high, 2), top)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), nibble), _mm256_and_si256(high, top)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low2, 4), nibble),
-                          _mm256_and_si256(_mm256_srli_epi16(high, 2), top)),
-      };
+      const __m256i high = load32(qh + 32 * h);
+      __m256i q[4];
+      q6_k_weights(load32(ql + 64 * h), high, 0, q[0], q[2]);
+      q6_k_weights(load32(ql + 64 * h + 32), high, 1, q[1], q[3]);
       const __m256i half = _mm256_permute2x128_si256(group_scales, group_scales, h == 0 ? 0x00 : 0x11);
       __m256i scale[4];
       for (int u = 0; u < 4; ++u) scale[u] = _mm256_shuffle_epi8(half, spread[u]);  // sc[8h + 2u], sc[8h + 2u + 1]
@@ -357,7 +364,7 @@ inline void dot_block_rows(int64_t format, const uint8_t* w, int64_t K, const Bl
 // 4 weights of each of the 8 rows: a lane a row, multiplied by 4 inputs broadcast to every lane, so the decoding
 // (nibbles, scales, d and dmin) is done once for 8 rows, and the float arithmetic of a block is one vector for 8.
 // A row's sums are the as-stored kernel's integers and its floats the same operations (q4_k_block): the same bits.
-inline void q4_k_interleave(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out, int64_t g0, int64_t g1) {
+inline void q4_k_interleave(const uint8_t* blocks, int64_t K, uint8_t* out, int64_t g0, int64_t g1) {
   const int64_t B = K / 256, row_bytes = B * 144;
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t i = 0; i < B; ++i) {
@@ -378,7 +385,7 @@ inline void q4_k_interleave(const uint8_t* blocks, int64_t N, int64_t K, uint8_t
 // Q6_K interleaved likewise (interleave), 1680 bytes a group's block: the 8 rows' d (fp16), their 16 scales
 // sc[group g][row r] (int8), then for each half h and step t (16 x 96 bytes) the rows' 4 bytes of ql[64 h + 4 t],
 // of ql[64 h + 32 + 4 t] and of qh[32 h + 4 t]: the 16 weights 128 h + 32 u + 4 t + i (u = 0..3) of each row.
-inline void q6_k_interleave(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out, int64_t g0, int64_t g1) {
+inline void q6_k_interleave(const uint8_t* blocks, int64_t K, uint8_t* out, int64_t g0, int64_t g1) {
   const int64_t B = K / 256, row_bytes = B * 210;
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t i = 0; i < B; ++i) {
@@ -461,59 +468,58 @@ inline void dot_q4_k_x8(const uint8_t* w, int64_t blocks, const BlockRows& x, in
   for (int m = 0; m < MB; ++m) _mm256_storeu_ps(out + 8 * m, acc[m]);
 }
 
-// acc + the int32 sums of 4 adjacent unsigned x signed byte products (one instruction with VNNI).
-inline __m256i add_dot_bytes(__m256i acc, __m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(acc, u, s);
-#else
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
-}
-
 // Input rows m0 .. m0 + MB - 1 times a group of 8 interleaved Q6_K rows: out[8 m + r]. Each group of 16 weights'
-// int32 sum less 32 times its inputs' sum (the offset of the unsigned q), times the row's scale: the as-stored
-// kernel's integer, then the same fma.
+// int32 sum times the row's scale, less 32 times the scales against the inputs' sums of 16 (the offset of the
+// unsigned q, once a block): the as-stored kernel's integer, then the same fma. The groups go two at a time (u
+// and u + 2 share their low bytes), so a row's sums stay in registers.
 template <int MB>
 inline void dot_q6_k_x8(const uint8_t* w, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
   __m256 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
-  const __m256i nibble = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+
   for (int64_t i = 0; i < blocks; ++i) {
     const uint8_t* b = w + i * kQ6_Kx8Bytes;
     __m256i sums[MB];
     for (int m = 0; m < MB; ++m) sums[m] = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h)
-      for (int half = 0; half < 2; ++half) {  // steps t = 4 half .. 4 half + 3: groups 8 h + 2 u + half
-        __m256i group[4][MB];
-        for (int u = 0; u < 4; ++u)
-          for (int m = 0; m < MB; ++m) group[u][m] = _mm256_setzero_si256();
-        for (int t = 4 * half; t < 4 * half + 4; ++t) {
-          const uint8_t* step = b + 144 + 96 * (8 * h + t);
-          const __m256i low1 = load32(step), low2 = load32(step + 32), high = load32(step + 64);
-          const __m256i q[4] = {
-              _mm256_or_si256(_mm256_and_si256(low1, nibble), _mm256_and_si256(_mm256_slli_epi16(high, 4), top)),
-              _mm256_or_si256(_mm256_and_si256(low2, nibble), _mm256_and_si256(_mm256_slli_epi16(high, 2), top)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), nibble), _mm256_and_si256(high, top)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low2, 4), nibble),
-                              _mm256_and_si256(_mm256_srli_epi16(high, 2), top)),
-          };
-          for (int m = 0; m < MB; ++m) {
-            const int8_t* in = x.row(m0 + m) + i * 256 + 128 * h + 4 * t;
-            for (int u = 0; u < 4; ++u) group[u][m] = add_dot_bytes(group[u][m], q[u], broadcast4(in + 32 * u));
+      for (int half = 0; half < 2; ++half)  // steps t = 4 half .. 4 half + 3: groups 8 h + 2 u + half
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; ++e) {  // u = e (low nibbles) and u = e + 2 (high nibbles) of the same bytes
+          __m256i first[MB], second[MB];
+          for (int m = 0; m < MB; ++m) first[m] = second[m] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+          for (int s = 0; s < 4; ++s) {
+            const int t = 4 * half + s;
+            const uint8_t* step = b + 144 + 96 * (8 * h + t);
+            __m256i q_first, q_second;
+            q6_k_weights(load32(step + 32 * e), load32(step + 64), e, q_first, q_second);
+            for (int m = 0; m < MB; ++m) {
+              const int8_t* in = x.row(m0 + m) + i * 256 + 128 * h + 32 * e + 4 * t;
+              first[m] = add_dot_bytes(first[m], q_first, broadcast4(in));
+              second[m] = add_dot_bytes(second[m], q_second, broadcast4(in + 64));
+            }
           }
+          const int g = 8 * h + 2 * e + half;
+          const __m256i first_scales = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 16 + 8 * g)));
+          const __m256i second_scales = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 16 + 8 * (g + 4))));
+          for (int m = 0; m < MB; ++m)
+            sums[m] = _mm256_add_epi32(sums[m], _mm256_add_epi32(_mm256_mullo_epi32(first[m], first_scales),
+                                                                 _mm256_mullo_epi32(second[m], second_scales)));
         }
-        for (int u = 0; u < 4; ++u) {
-          const int g = 8 * h + 2 * u + half;
-          const __m256i scales = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 16 + 8 * g)));
-          for (int m = 0; m < MB; ++m) {
-            const __m256i offset = _mm256_set1_epi32(32 * x.sixteens(m0 + m)[i * 16 + g]);
-            sums[m] = _mm256_add_epi32(sums[m], _mm256_mullo_epi32(_mm256_sub_epi32(group[u][m], offset), scales));
-          }
-        }
-      }
+    __m256i pair_scales[8];  // groups 2p and 2p + 1's scales, an int16 pair a row
+    for (int p = 0; p < 8; ++p) {
+      const __m128i two = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + 16 * p));
+      pair_scales[p] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(two, _mm_srli_si128(two, 8)));
+    }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
-    for (int m = 0; m < MB; ++m)
-      acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x.scales(m0 + m)[i])), _mm256_cvtepi32_ps(sums[m]), acc[m]);
+    for (int m = 0; m < MB; ++m) {
+      const int16_t* sixteens = x.sixteens(m0 + m) + i * 16;
+      __m256i offset = _mm256_setzero_si256();
+      for (int p = 0; p < 8; ++p)
+        offset = add_pair_products(offset, pair_scales[p], broadcast4(reinterpret_cast<const int8_t*>(sixteens + 2 * p)));
+      const __m256i sum = _mm256_sub_epi32(sums[m], _mm256_slli_epi32(offset, 5));
+      acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x.scales(m0 + m)[i])), _mm256_cvtepi32_ps(sum), acc[m]);
+    }
   }
   for (int m = 0; m < MB; ++m) _mm256_storeu_ps(out + 8 * m, acc[m]);
 }

@@ -544,8 +544,8 @@ at::Tensor interleave(const at::Tensor& weight, int64_t format) {
   const int64_t interleaved = format == kQ4_K ? kQ4_Kx8 : kQ6_Kx8;
   at::Tensor out = at::empty({N / kInterleaved, block_row_bytes(interleaved, K)}, w.options());
   at::parallel_for(0, N / kInterleaved, 16, [&](int64_t g0, int64_t g1) {
-    if (format == kQ4_K) q4_k_interleave(w.data_ptr<uint8_t>(), N, K, out.data_ptr<uint8_t>(), g0, g1);
-    else q6_k_interleave(w.data_ptr<uint8_t>(), N, K, out.data_ptr<uint8_t>(), g0, g1);
+    if (format == kQ4_K) q4_k_interleave(w.data_ptr<uint8_t>(), K, out.data_ptr<uint8_t>(), g0, g1);
+    else q6_k_interleave(w.data_ptr<uint8_t>(), K, out.data_ptr<uint8_t>(), g0, g1);
   });
   return out;
 }
