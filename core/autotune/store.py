@@ -1,7 +1,7 @@
 """Where Auto's calibration is kept: one file per machine set-up, with what the answers learned.
 
 The key is everything the step cost depends on: the processor or GPU, the model, the dtype asked
-for, the quantization, the torch version and the thread count. Change any of them and the next
+for, the quantization, the torch version, the thread count and our kernels' build. Change any of them and the next
 load measures again. What the answers measure (tokens per step of each setting) is saved with it,
 so the next start begins from this model's own figures. The files live in the cache folder, with
 the compiled steps they record (``AppPaths.calibration_dir``): a new data folder on the same
@@ -24,6 +24,7 @@ from core.autotune.calibration import Calibration
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.runtime.architecture import step_kind
+from core.runtime.compiled import kernels
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ def calibration_key(loaded: LoadedModel) -> dict[str, Any]:
         "torch": torch.__version__,
         "threads": torch.get_num_threads() if loaded.device.type == "cpu" else 0,
         "step": step_kind(loaded.model),
+        "kernels": kernels.build_key() if loaded.device.type == "cpu" and kernels.supported() else None,
     }
 
 

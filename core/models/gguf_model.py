@@ -2,9 +2,10 @@
 
 The file is memory-mapped and every Q4_K, Q6_K, Q5_0 or Q8_0 weight becomes a view of its blocks
 (``core.runtime.weights.blocks``): no fp32 model is built and nothing is converted to disk, so the model takes
-about the file's memory, and a warm load (the file in the page cache) only maps it. Where our kernels run, a
-Q4_K or Q6_K weight is interleaved 8 rows at a time instead (a copy in memory, made in milliseconds; the file's pages read
-for it are given back), which the products read at about twice the speed. A weight of another type
+about the file's memory, and a warm load (the file in the page cache) only maps it. Once our kernels are built
+(while the file is read), :meth:`GGUFModel.interleave_weights` lays each Q4_K or Q6_K weight out 8 rows at a time
+(a copy in memory, made in milliseconds; the file's pages read for it are given back), which the products read at
+about twice the speed. A weight of another type
 (F32, F16, Q4_0, Q5_K, ...) is dequantized once and kept as int8 with a scale per channel, which the same int8
 decoder reads. The configuration comes from the file's metadata as transformers maps its keys, the tokenizer
 from transformers' GGUF tokenizer reader, and both are kept in the cache so that the next load reads them in
@@ -31,9 +32,6 @@ from core.runtime.weights.blocks import (
     BlockEmbedding,
     BlockLinear,
     dequantize,
-    interleave,
-    interleaves,
-    kernels_run,
     reads_as_stored,
 )
 from core.runtime.weights.quantized import Int8WeightLinear, quantize_rows
@@ -56,6 +54,16 @@ class GGUFModel:
     tokenizer: Any
     parameters: int
     formats: dict[str, int]  # the weights' GGUF types (as stored, or "int8" where converted) -> bytes
+    index: GGUFIndex
+    as_stored: list[tuple[BlockLinear, TensorInfo]]  # the projections that read the file's blocks, and their tensors
+
+    def interleave_weights(self) -> None:
+        """Every Q4_K and Q6_K projection interleaved (:meth:`BlockLinear.interleave`; our kernels must run),
+        the file's pages it read given back."""
+        for module, tensor in self.as_stored:
+            if module.interleave():
+                self.index.release(tensor)
+        self.as_stored.clear()
 
 
 def load_gguf_model(path: Path, cache_dir: Path, int8: bool = False) -> GGUFModel:
@@ -107,7 +115,7 @@ def load_gguf_model(path: Path, cache_dir: Path, int8: bool = False) -> GGUFMode
         )
     model.eval()
     parameters = sum(t.n_elements for t in tensors.values())
-    return GGUFModel(model, tokenizer, parameters, formats)
+    return GGUFModel(model, tokenizer, parameters, formats, builder.index, builder.as_stored)
 
 
 def gguf_architecture(path: Path) -> str:
@@ -134,6 +142,7 @@ class _Builder:
         self.index, self.tensors, self.formats, self.config, self.file = index, index.tensors, formats, config, file
         self.int8 = int8
         self.permutes = architecture == "llama"
+        self.as_stored: list[tuple[BlockLinear, TensorInfo]] = []
 
     def _tensor(self, name: str) -> TensorInfo:
         tensor = self.tensors.get(name)
@@ -179,11 +188,9 @@ class _Builder:
             bias = self._rows_in_order(bias, attribute)
         if reads_as_stored(format_id, inputs) and not self.int8:
             self._count(BLOCK_FORMATS[format_id][0], blocks.numel())
-            blocks = self._rows_in_order(blocks, attribute)
-            if interleaves(format_id, blocks.shape[0]) and kernels_run():
-                blocks, format_id = interleave(blocks, format_id)
-                self.index.release(tensor)
-            return BlockLinear(blocks, format_id, inputs, bias)
+            module = BlockLinear(self._rows_in_order(blocks, attribute), format_id, inputs, bias)
+            self.as_stored.append((module, tensor))
+            return module
         if format_id in (0, 1):  # F32, F16: the whole weight
             weight = self._rows_in_order(self._float(tensor), attribute)
             qweight, scales = quantize_rows(weight.shape, lambda start, stop: weight[start:stop])

@@ -199,6 +199,7 @@ def _load_as_stored(
         except Exception as err:  # no compiler, say: the dequantized model through transformers still answers
             log.warning("%s loads through transformers: our kernels cannot be built here (%s)", path.name, err)
             return None
+        built.interleave_weights()
     reason = why_not_int8_decoder(built.model)
     if reason is not None:
         log.info("%s loads through transformers: %s", path.name, reason)

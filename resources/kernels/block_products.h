@@ -274,7 +274,8 @@ inline void dot_q6_k(const uint8_t* w, int64_t blocks, const BlockRows& x, int64
       __m256i q[4];
       q6_k_weights(load32(ql + 64 * h), high, 0, q[0], q[2]);
       q6_k_weights(load32(ql + 64 * h + 32), high, 1, q[1], q[3]);
-      const __m256i half = _mm256_permute2x128_si256(group_scales, group_scales, h == 0 ? 0x00 : 0x11);
+      const __m256i half = h == 0 ? _mm256_permute2x128_si256(group_scales, group_scales, 0x00)
+                                  : _mm256_permute2x128_si256(group_scales, group_scales, 0x11);
       __m256i scale[4];
       for (int u = 0; u < 4; ++u) scale[u] = _mm256_shuffle_epi8(half, spread[u]);  // sc[8h + 2u], sc[8h + 2u + 1]
       for (int m = 0; m < MB; ++m) {

@@ -11,7 +11,8 @@
 // exactly the logits a 1-token step gives it, and greedy lookahead equals greedy plain decoding bit for bit.
 //
 // The residual stream stays in fp32 from layer to layer; the cache holds the model's dtype (bf16 or fp32).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>

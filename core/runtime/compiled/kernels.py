@@ -74,12 +74,18 @@ def packs_weights() -> bool:
     return bool(torch.ops.lookahead.int8_packs())
 
 
+@functools.cache
+def build_key() -> str:
+    """What the built kernels are: their sources, torch and this processor's vector instructions (a new
+    key is a new library, and a step cost to measure again)."""
+    code = b"".join(path.read_bytes() for path in sources())
+    return hashlib.sha256(f"{code!r} {torch.__version__} {vector_instructions()}".encode()).hexdigest()[:24]
+
+
 def library_path() -> Path:
     """Where the kernels built for this processor, torch and sources lie (in the package cache)."""
-    code = b"".join(path.read_bytes() for path in sources())
-    key = hashlib.sha256(f"{code!r} {torch.__version__} {vector_instructions()}".encode()).hexdigest()[:24]
     suffix = ".pyd" if os.name == "nt" else ".so"
-    return cache_dir() / "lookahead-kernels" / f"kernels-{key}{suffix}"
+    return cache_dir() / "lookahead-kernels" / f"kernels-{build_key()}{suffix}"
 
 
 def build(library: Path, stale_s: float = 180.0) -> None:

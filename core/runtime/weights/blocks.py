@@ -151,6 +151,14 @@ class BlockLinear(nn.Module):
         self.register_buffer("blocks", blocks, persistent=False)
         self.register_buffer("bias", bias, persistent=False)
 
+    def interleave(self) -> bool:
+        """Lay the blocks out 8 rows at a time (:func:`interleave`) where the format and the rows allow it;
+        whether it did. Our kernels must run (:func:`kernels_run`)."""
+        if not interleaves(self.format_id, self.blocks.shape[0]):
+            return False
+        self.blocks, self.format_id = interleave(self.blocks, self.format_id)
+        return True
+
     @property
     def format_name(self) -> str:
         """The file's type of the weight (also where interleaved)."""

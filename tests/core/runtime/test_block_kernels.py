@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from core.lookahead import Decoding, LookaheadConfig
+from core.models import LoadOptions, ModelSource, load_model
 from core.models.gguf_model import load_gguf_model
+from core.paths import AppPaths
 from core.runtime.compiled import kernels
 from core.runtime.compiled.int8_decoder import Int8Decoder, why_not_int8_decoder
 from core.runtime.compiled.step import CompiledStep
@@ -56,9 +58,10 @@ def gguf_model(
     types = None if weights is None else {name: kind or weights for name, kind in ONE_TYPE.items()}
     path = tmp_path / f"tiny-{seed}.gguf"
     write_tiny_quantized_gguf(path, seed=seed, types=types, float_tensors=float_tensors, layers=layers)
-    model = load_gguf_model(path, tmp_path / "cache").model
-    assert why_not_int8_decoder(model) is None
-    return model
+    built = load_gguf_model(path, tmp_path / "cache")
+    built.interleave_weights()  # as the loader does once the kernels are built
+    assert why_not_int8_decoder(built.model) is None
+    return built.model
 
 
 @contextlib.contextmanager
@@ -161,15 +164,20 @@ def test_an_interleaved_weight_gives_the_as_stored_products_bit_for_bit(kind: Q)
 
 
 def test_the_loader_interleaves_q4_k_and_q6_k_weights_of_whole_groups(tmp_path: Path) -> None:
-    """Where the kernels run, the loader keeps each Q4_K and Q6_K weight of whole groups of 8 rows interleaved
-    (the tiny model's head, of 260 rows, stays as stored), and the decoder reads both."""
-    model = gguf_model(tmp_path)
-    linears = [m for m in model.modules() if isinstance(m, BlockLinear)]
+    """The loader reads the file as stored while the kernels build, then lays out each Q4_K and Q6_K weight of
+    whole groups of 8 rows interleaved (the tiny model's head, of 260 rows, stays as stored), and the decoder
+    reads both."""
+    path = tmp_path / "tiny.gguf"
+    write_tiny_quantized_gguf(path, seed=0)
+    paths = AppPaths(tmp_path / "config", tmp_path / "data", tmp_path / "cache").ensure()
+    loaded = load_model(ModelSource("gguf", str(path)), LoadOptions(device="cpu"), paths)
+    assert loaded.weights_as_stored
+    linears = [m for m in loaded.model.modules() if isinstance(m, BlockLinear)]
     interleaved = {m.format_id for m in linears if m.format_id in INTERLEAVED_FORMATS.values()}
     assert interleaved == set(INTERLEAVED_FORMATS.values())
-    assert model.lm_head.format_id == Q.Q6_K and model.lm_head.out_features % 8
+    assert loaded.model.lm_head.format_id == Q.Q6_K and loaded.model.lm_head.out_features % 8
     assert {m.format_name for m in linears} == {"Q4_K", "Q6_K", "Q5_0", "Q8_0"}  # the file's names
-    assert set(Int8Decoder.of(model).formats) == {"Q4_K", "Q6_K", "Q5_0", "Q8_0"}
+    assert set(loaded.quantization.split("/")) == {"Q4_K", "Q6_K", "Q5_0", "Q8_0"}
 
 
 @pytest.mark.parametrize("rows", [3, 8, 17])
