@@ -86,13 +86,15 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         file=sys.stderr,
     )
     tag = (lambda d: f" [{d}]") if len(names) > 1 else (lambda d: "")
+    decoder = model_info(loaded).decoder  # a GGUF file as stored: its variant runs the int8 decoder on the blocks
+    on_blocks = f" (int8 decoder, {decoder} weights)" if decoder else ""
     calibration = None
     if "auto" in specs:
         start = time.perf_counter()
         calibration = calibrate_variants(variants)
         runner.chooser = AutoChooser(calibration)
         print(
-            f"{calibration.reason}; runs {calibration.variant}; calibration {time.perf_counter() - start:.1f} s",
+            f"{calibration.reason}; runs {calibration.variant}{on_blocks}; calibration {time.perf_counter() - start:.1f} s",
             file=sys.stderr,
         )
     run_dtype = calibration.variant if calibration else names[0]
@@ -120,8 +122,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     rows = summarize(results, REFERENCE + tag(names[0]), PLAIN_LOOP + tag(names[0]))
     penalty = f", repetition penalty {args.repetition_penalty}" if args.repetition_penalty != 1.0 else ""
     memory = ", no memory of earlier answers" if args.memory == "off" else ""
-    decoder = model_info(loaded).decoder  # a GGUF file as stored: its variant runs the int8 decoder on the blocks
-    ran = f"{'/'.join(names)}" + (f" (int8 decoder, {decoder} weights)" if decoder else "")
+    ran = f"{'/'.join(names)}{on_blocks}"
     title = (
         f"{loaded.name}, {loaded.device_info.label}, {ran}, {torch.get_num_threads()} threads, "
         f"{args.max_new_tokens} new tokens{penalty}{memory}"
