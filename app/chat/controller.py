@@ -27,6 +27,7 @@ from app.settings.live import LiveSettings
 from core.chat.history import HistoryError, HistoryStore, StoredMessage
 from core.chat.prompt import Message
 from core.engine.answer_job import AnswerFigures, AnswerOutcome, AnswerRequest, AnswerStart
+from core.lookahead.finish import FinishReason
 from core.progress import CancelToken
 from core.settings import SamplingSettings
 
@@ -265,7 +266,7 @@ class ChatController(QObject):
             return
         live.cancel.cancel()
         if live.start is None:  # not started: nothing was generated; the worker will skip it
-            self._finished(live.job_id, AnswerOutcome("", "cancelled", None))
+            self._finished(live.job_id, AnswerOutcome("", FinishReason.CANCELLED, None))
 
     def regenerate(self, index: int | None = None) -> None:
         """Generate answer ``index`` (by default the last) again, as a new branch beside the old one."""
@@ -389,9 +390,9 @@ class ChatController(QObject):
         text = live.prefix + outcome.text if outcome.text else live.text
         if outcome.error:
             status = "interrupted"
-        elif outcome.finish_reason == "cancelled":
+        elif outcome.finish_reason == FinishReason.CANCELLED:
             status = "stopped"
-        elif outcome.finish_reason == "length":
+        elif outcome.finish_reason == FinishReason.LENGTH:
             status = "truncated"
         else:
             status = "complete"

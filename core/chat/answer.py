@@ -9,6 +9,7 @@ from core.chat.prompt import Message, build_prompt, raw_prompt
 from core.chat.textstream import TextStream
 from core.lookahead import AnswerMemory, Decoding, LookaheadConfig, NGramPool
 from core.lookahead.decoder import StepChooser
+from core.lookahead.finish import FinishReason
 from core.lookahead.sampling import SamplingConfig, TokenPolicy
 from core.lookahead.stats import DecodeStats
 from core.models.loader import LoadedModel
@@ -87,7 +88,7 @@ class Answer:
             cancel=cancel,
             policy=policy_for(sampling, loaded) if sampling is not None else None,
         )
-        self.finish_reason: str | None = None
+        self.finish_reason: FinishReason | None = None
 
     @property
     def stats(self) -> DecodeStats:
@@ -106,7 +107,7 @@ class Answer:
             text = self._stream.push(step.tokens)
             yield AnswerDelta(text, len(step.tokens), self._decoding.stats)
             if self._stream.stopped:
-                self.finish_reason = "stop"
+                self.finish_reason = FinishReason.STOP
                 return
         self.finish_reason = self._decoding.finish_reason
         tail = self._stream.flush()

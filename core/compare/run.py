@@ -15,6 +15,7 @@ from core.chat.prompt import Message, build_prompt
 from core.chat.textstream import TextStream
 from core.compare.record import LOOKAHEAD, PLAIN, Comparison, RunRecord
 from core.lookahead import Decoding, LookaheadConfig
+from core.lookahead.finish import FinishReason
 from core.models.loader import LoadedModel
 from core.progress import CancelToken
 
@@ -152,7 +153,7 @@ class ComparisonRun:
             new_tokens += len(step.tokens)
             elapsed += step.seconds
             yield RunStep(repeat, mode, stream.push(step.tokens), len(step.tokens), step.seconds, new_tokens, elapsed)
-        if decoding.finish_reason == "cancelled":
+        if decoding.finish_reason == FinishReason.CANCELLED:
             return None
         tail = stream.flush()
         if tail:

@@ -19,6 +19,7 @@ from core.engine.jobs import JobFailure, StepsJob
 from core.engine.plan import DecodingPlan, decoding_plan
 from core.engine.ready import ReadyModel
 from core.engine.remote_answer import RemoteAnswer
+from core.lookahead.finish import FinishReason
 from core.lookahead.stats import DecodeStats
 from core.models.device import describe_device
 from core.progress import CancelToken
@@ -115,13 +116,13 @@ class AnswerOutcome:
     """How an answer ended.
 
     Attributes:
-        finish_reason: ``eos``, ``length``, ``stop`` (a stop string), ``cancelled`` or ``error``.
+        finish_reason: why it ended (:class:`~core.lookahead.finish.FinishReason`).
         failure: why it failed (``error``); ``rejected`` when the request itself could not be answered
             (the prompt does not fit the context, the template refused it), before any decoding.
     """
 
     text: str
-    finish_reason: str
+    finish_reason: FinishReason
     figures: AnswerFigures | None
     failure: JobFailure | None = None
     device_label: str | None = None
@@ -226,16 +227,16 @@ class AnswerJob:
         ready = self._ready
         if failure.kind == "out-of-memory" and ready is not None and ready.loaded.device.type == "cuda":
             torch.cuda.empty_cache()
-        self._end("error", failure)
+        self._end(FinishReason.ERROR, failure)
 
     def aborted(self) -> None:
-        self._end("cancelled")
+        self._end(FinishReason.CANCELLED)
 
     def finished(self) -> None:
         assert self.answer is not None
-        self._end(self.answer.finish_reason or "eos")
+        self._end(self.answer.finish_reason or FinishReason.EOS)
 
-    def _end(self, reason: str, failure: JobFailure | None = None) -> None:
+    def _end(self, reason: FinishReason, failure: JobFailure | None = None) -> None:
         answer, ready = self.answer, self._ready
         if answer is not None and ready is not None and self._plan is not None and self._plan.chooser is not None:
             if answer.stats.setting_tokens:  # the record says which settings ran, for how many tokens

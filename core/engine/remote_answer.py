@@ -14,6 +14,7 @@ from typing import Any
 
 from core.chat.answer import AnswerDelta
 from core.chat.prompt import Message
+from core.lookahead.finish import FinishReason
 from core.lookahead.stats import DecodeStats
 from core.progress import CancelToken
 from core.remote import RemoteSource, RemoteStream, RemoteTarget, resolve_key
@@ -63,7 +64,7 @@ class RemoteAnswer:
         self._counted = False  # the server's usage replaced the chunk count
         self.stats = DecodeStats(mode=self.label())
         self.text = ""
-        self.finish_reason: str | None = None
+        self.finish_reason: FinishReason | None = None
 
     def label(self, lookahead: dict[str, Any] | None = None) -> str:
         """What ran: ``remote SmolLM2 at gpu:8000 (lookahead W4 N3 G4)``, and how the tokens were counted."""
@@ -82,7 +83,7 @@ class RemoteAnswer:
             if event.usage:
                 self._use(event.usage)
             if event.finish_reason is not None:
-                self.finish_reason = "length" if event.finish_reason == "length" else "eos"
+                self.finish_reason = FinishReason.LENGTH if event.finish_reason == "length" else FinishReason.EOS
             if event.usage or event.lookahead:
                 self.stats.mode = self.label(event.lookahead)
             if event.text or event.usage:

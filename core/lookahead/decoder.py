@@ -19,6 +19,7 @@ import torch
 
 from core.lookahead.config import LookaheadConfig
 from core.lookahead.context import ContextIndex
+from core.lookahead.finish import FinishReason
 from core.lookahead.guesses import Guesses, common_prefix, tree_size
 from core.lookahead.memory import MIN_CONTEXT, AnswerMemory
 from core.lookahead.pool import NGramPool
@@ -135,7 +136,7 @@ class Decoding:
         self.device = self.model.device
         self.tokens: list[int] = []
         self._seen = set(self.prompt)  # every token of the text so far (what a repetition penalty lowers)
-        self.finish_reason: str | None = None
+        self.finish_reason: FinishReason | None = None
         mode = "auto" if chooser is not None else "lookahead" if lookahead else "plain"
         self.stats = DecodeStats(mode=mode, prompt_tokens=len(self.prompt))
         self._timer = StepTimer(self.device)
@@ -184,7 +185,7 @@ class Decoding:
                 yield from self._emit([x], self._timer.stop(), None, prefill=True)
                 while self.finish_reason is None:
                     if self.cancel is not None and self.cancel.cancelled:
-                        self.finish_reason = "cancelled"
+                        self.finish_reason = FinishReason.CANCELLED
                         self._report()
                         return
                     setting = self.chooser.choose() if self.chooser is not None else self.config
@@ -215,12 +216,12 @@ class Decoding:
         for token in emitted[:room]:
             kept.append(token)
             if token in self.eos:
-                self.finish_reason = "eos"
+                self.finish_reason = FinishReason.EOS
                 break
         self.tokens.extend(kept)
         self._seen.update(kept)
         if self.finish_reason is None and len(self.tokens) >= self.max_new_tokens:
-            self.finish_reason = "length"
+            self.finish_reason = FinishReason.LENGTH
         self.stats.record(len(kept), seconds, prefill=prefill, setting=None if prefill else setting_label(setting))
         yield Step(kept, seconds)
 

@@ -13,13 +13,14 @@ from typing import Any
 
 from core.engine.answer_job import AnswerFigures, AnswerJob, AnswerOutcome, AnswerRequest, AnswerStart
 from core.engine.jobs import NO_MODEL, StepsJob
+from core.lookahead.finish import FinishReason
 from core.progress import CancelToken
 from core.server.errors import ApiError
 from core.server.protocol import CompletionRequest
 from core.settings import LookaheadSettings, SamplingSettings, Settings
 
-FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}
-OUTCOMES = {"cancelled": "aborted", "error": "errored"}  # any other finish reason: finished
+FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
+OUTCOMES = {FinishReason.CANCELLED: "aborted", FinishReason.ERROR: "errored"}  # any other finish reason: finished
 
 
 @dataclass(frozen=True)
