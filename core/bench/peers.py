@@ -30,7 +30,7 @@ from core.autotune.prepare import fastest_step
 from core.bench.report import Row
 from core.bench.runner import AUTO
 from core.lookahead import Decoding
-from core.models.default_model import pip_command
+from core.models.pip_download import pip_command
 from core.paths import AppPaths
 from core.progress import ProgressCallback, no_progress
 from core.runtime.prepared import PreparedModel

