@@ -6,7 +6,8 @@ import json
 import logging
 import struct
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ from core.runtime.weights.quantized import quantize_model
 
 log = logging.getLogger(__name__)
 
+CANCEL_POLL_S = 0.1
+"""How often a load waiting on the kernels' build checks for a cancel."""
 FOUR_BIT_THRESHOLD = 1_000_000_000  # parameters; at and above this, CUDA loads default to 4-bit NF4
 
 
@@ -186,20 +189,22 @@ def _load_as_stored(
     set_compile_cache(paths.cache_dir)
     building = not kernels.library_path().exists()
     progress("Building the decoder's kernels (once, about 30 s)" if building else "Reading the model file", 0.1)
-    with ThreadPoolExecutor(1, thread_name_prefix="kernels") as pool:
-        kernels_loaded = pool.submit(kernels.load)  # a compiler child where missing, while the file is read
-        try:
-            built = load_gguf_model(path, paths.cache_dir, int8=options.quantization == "8bit")
-        except UnsupportedArchitectureError as err:
-            log.info("%s: %s", path.name, err.message)
-            return None
-        _check(cancel)
-        try:
-            kernels_loaded.result()
-        except Exception as err:  # no compiler, say: the dequantized model through transformers still answers
-            log.warning("%s loads through transformers: our kernels cannot be built here (%s)", path.name, err)
-            return None
-        built.interleave_weights()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="kernels")
+    kernels_loaded = pool.submit(kernels.load)  # a compiler child where missing, while the file is read
+    pool.shutdown(wait=False)  # a cancel leaves the build to finish for the next load, without waiting for it
+    try:
+        built = load_gguf_model(path, paths.cache_dir, int8=options.quantization == "8bit")
+    except UnsupportedArchitectureError as err:
+        log.info("%s: %s", path.name, err.message)
+        return None
+    try:
+        _wait(kernels_loaded, cancel)
+    except LoadCancelledError:
+        raise
+    except Exception as err:  # no compiler, say: the dequantized model through transformers still answers
+        log.warning("%s loads through transformers: our kernels cannot be built here (%s)", path.name, err)
+        return None
+    built.interleave_weights()
     reason = why_not_int8_decoder(built.model)
     if reason is not None:
         log.info("%s loads through transformers: %s", path.name, reason)
@@ -382,6 +387,16 @@ def _oom(device: torch.device) -> ModelOutOfMemoryError:
         f"The model does not fit in the {where}'s free memory.",
         "Close other programs, choose 4-bit quantization, or pick a smaller model.",
     )
+
+
+def _wait(future: Future[Any], cancel: CancelToken | None) -> Any:
+    """The future's result, a cancel checked every :data:`CANCEL_POLL_S` while it runs."""
+    while True:
+        _check(cancel)
+        try:
+            return future.result(timeout=CANCEL_POLL_S)
+        except FutureTimeout:
+            pass
 
 
 def _check(cancel: CancelToken | None) -> None:
