@@ -27,13 +27,7 @@ from torch import nn
 
 from core.models.errors import CorruptModelError, UnsupportedArchitectureError
 from core.models.gguf_index import GGUFIndex, TensorInfo, read_index
-from core.runtime.weights.blocks import (
-    BLOCK_FORMATS,
-    BlockEmbedding,
-    BlockLinear,
-    dequantize,
-    reads_as_stored,
-)
+from core.runtime.weights.blocks import BLOCK_FORMATS, BlockEmbedding, BlockLinear, dequantize, reads_as_stored
 from core.runtime.weights.quantized import Int8WeightLinear, quantize_rows
 
 log = logging.getLogger(__name__)

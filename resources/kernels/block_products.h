@@ -42,11 +42,12 @@ constexpr int kBlockRows = 4;  // input rows multiplied per decoded weight row
 inline bool is_block_format(int64_t format) {
   return format == kQ5_0 || format == kQ8_0 || format == kQ4_K || format == kQ6_K;
 }
-// The formats a weight may have in the products: the GGUF block formats, or Q4_K interleaved. And the rows of
-// the tensor holding a weight of N rows: a group of 8 in a row where interleaved.
+// The formats a weight may have in the products: the GGUF block formats, or Q4_K or Q6_K interleaved. And the
+// rows of the tensor holding a weight of N rows (a group of 8 in a row where interleaved), and back.
 inline bool is_interleaved(int64_t format) { return format == kQ4_Kx8 || format == kQ6_Kx8; }
 inline bool is_weight_format(int64_t format) { return is_block_format(format) || is_interleaved(format); }
 inline int64_t stored_rows(int64_t format, int64_t N) { return is_interleaved(format) ? N / kInterleaved : N; }
+inline int64_t weight_rows(int64_t format, int64_t stored) { return is_interleaved(format) ? stored * kInterleaved : stored; }
 // Weights a block holds, and its bytes.
 inline int64_t block_weights(int64_t format) {
   return format == kQ4_K || format == kQ6_K || is_interleaved(format) ? 256 : 32;
@@ -357,6 +358,18 @@ inline void dot_block_rows(int64_t format, const uint8_t* w, int64_t K, const Bl
   }
 }
 
+// Groups [g0, g1) of `blocks` (rows of K / 256 blocks of `stored` bytes) into `out` (a group's block of `group`
+// bytes after another): copy(row r's block, the group's block, r) for each of the 8 rows.
+template <typename Copy>
+inline void interleave_groups(const uint8_t* blocks, int64_t K, int64_t stored, int64_t group, uint8_t* out,
+                              int64_t g0, int64_t g1, Copy copy) {
+  const int64_t B = K / 256, row_bytes = B * stored;
+  for (int64_t g = g0; g < g1; ++g)
+    for (int64_t i = 0; i < B; ++i)
+      for (int64_t r = 0; r < kInterleaved; ++r)
+        copy(blocks + (g * kInterleaved + r) * row_bytes + i * stored, out + (g * B + i) * group, r);
+}
+
 // Q4_K interleaved: a Q4_K weight of N = 8g rows laid out for 8 rows at a time, made once at load
 // (q4_k_interleave). Per group of 8 rows and block of 256 inputs, 1184 bytes: the 8 rows' d (fp16), their dmin
 // (fp16), the scales sc[sub-block j][row r] (unpacked, one byte each), the minimums m[pair p][row r][2]
@@ -366,44 +379,32 @@ inline void dot_block_rows(int64_t format, const uint8_t* w, int64_t K, const Bl
 // (nibbles, scales, d and dmin) is done once for 8 rows, and the float arithmetic of a block is one vector for 8.
 // A row's sums are the as-stored kernel's integers and its floats the same operations (q4_k_block): the same bits.
 inline void q4_k_interleave(const uint8_t* blocks, int64_t K, uint8_t* out, int64_t g0, int64_t g1) {
-  const int64_t B = K / 256, row_bytes = B * 144;
-  for (int64_t g = g0; g < g1; ++g)
-    for (int64_t i = 0; i < B; ++i) {
-      uint8_t* o = out + (g * B + i) * kQ4_Kx8Bytes;
-      for (int64_t r = 0; r < kInterleaved; ++r) {
-        const uint8_t* b = blocks + (g * kInterleaved + r) * row_bytes + i * 144;
-        std::memcpy(o + 2 * r, b, 2);
-        std::memcpy(o + 16 + 2 * r, b + 2, 2);
-        uint8_t scales[8], mins[8];
-        q4_k_scales(b + 4, scales, mins);
-        for (int j = 0; j < 8; ++j) o[32 + 8 * j + r] = scales[j], o[96 + 16 * (j / 2) + 2 * r + j % 2] = mins[j];
-        for (int c = 0; c < 4; ++c)
-          for (int t = 0; t < 8; ++t) std::memcpy(o + 160 + 256 * c + 32 * t + 4 * r, b + 16 + 32 * c + 4 * t, 4);
-      }
-    }
+  interleave_groups(blocks, K, 144, kQ4_Kx8Bytes, out, g0, g1, [](const uint8_t* b, uint8_t* o, int64_t r) {
+    std::memcpy(o + 2 * r, b, 2);
+    std::memcpy(o + 16 + 2 * r, b + 2, 2);
+    uint8_t scales[8], mins[8];
+    q4_k_scales(b + 4, scales, mins);
+    for (int j = 0; j < 8; ++j) o[32 + 8 * j + r] = scales[j], o[96 + 16 * (j / 2) + 2 * r + j % 2] = mins[j];
+    for (int c = 0; c < 4; ++c)
+      for (int t = 0; t < 8; ++t) std::memcpy(o + 160 + 256 * c + 32 * t + 4 * r, b + 16 + 32 * c + 4 * t, 4);
+  });
 }
 
 // Q6_K interleaved likewise (interleave), 1680 bytes a group's block: the 8 rows' d (fp16), their 16 scales
 // sc[group g][row r] (int8), then for each half h and step t (16 x 96 bytes) the rows' 4 bytes of ql[64 h + 4 t],
 // of ql[64 h + 32 + 4 t] and of qh[32 h + 4 t]: the 16 weights 128 h + 32 u + 4 t + i (u = 0..3) of each row.
 inline void q6_k_interleave(const uint8_t* blocks, int64_t K, uint8_t* out, int64_t g0, int64_t g1) {
-  const int64_t B = K / 256, row_bytes = B * 210;
-  for (int64_t g = g0; g < g1; ++g)
-    for (int64_t i = 0; i < B; ++i) {
-      uint8_t* o = out + (g * B + i) * kQ6_Kx8Bytes;
-      for (int64_t r = 0; r < kInterleaved; ++r) {
-        const uint8_t* b = blocks + (g * kInterleaved + r) * row_bytes + i * 210;
-        std::memcpy(o + 2 * r, b + 208, 2);
-        for (int j = 0; j < 16; ++j) o[16 + 8 * j + r] = b[192 + j];
-        for (int h = 0; h < 2; ++h)
-          for (int t = 0; t < 8; ++t) {
-            uint8_t* step = o + 144 + 96 * (8 * h + t) + 4 * r;
-            std::memcpy(step, b + 64 * h + 4 * t, 4);
-            std::memcpy(step + 32, b + 64 * h + 32 + 4 * t, 4);
-            std::memcpy(step + 64, b + 128 + 32 * h + 4 * t, 4);
-          }
+  interleave_groups(blocks, K, 210, kQ6_Kx8Bytes, out, g0, g1, [](const uint8_t* b, uint8_t* o, int64_t r) {
+    std::memcpy(o + 2 * r, b + 208, 2);
+    for (int j = 0; j < 16; ++j) o[16 + 8 * j + r] = b[192 + j];
+    for (int h = 0; h < 2; ++h)
+      for (int t = 0; t < 8; ++t) {
+        uint8_t* step = o + 144 + 96 * (8 * h + t) + 4 * r;
+        std::memcpy(step, b + 64 * h + 4 * t, 4);
+        std::memcpy(step + 32, b + 64 * h + 32 + 4 * t, 4);
+        std::memcpy(step + 64, b + 128 + 32 * h + 4 * t, 4);
       }
-    }
+  });
 }
 
 // 4 input bytes at p in every lane.

@@ -225,8 +225,7 @@ struct Int8Model : torch::CustomClassHolder {
     TORCH_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, "Int8Model: ", heads, " heads over ", kv_heads);
     auto channels = [&](int64_t i) {  // a weight's output channels: its scales' for int8, else its rows
       return formats[i] == kInt8 ? weights[(i / kProjections) * kLayerTensors + 2 + kProjections + i % kProjections].numel()
-                                 : weights[(i / kProjections) * kLayerTensors + 2 + i % kProjections].size(0) *
-                                       (is_interleaved(formats[i]) ? kInterleaved : 1);
+                                 : weight_rows(formats[i], weights[(i / kProjections) * kLayerTensors + 2 + i % kProjections].size(0));
     };
     head_dim = channels(0) / heads;
     TORCH_CHECK(channels(0) == heads * head_dim && channels(1) == kv_heads * head_dim && channels(2) == kv_heads * head_dim &&
@@ -248,7 +247,7 @@ struct Int8Model : torch::CustomClassHolder {
         const at::Tensor& w = weights[first + (head ? 1 : 2 + p)];
         const at::Tensor& scales = weights[first + (head ? 2 : 2 + kProjections + p)];
         const int64_t inputs = head || (p != 3 && p != 6) ? H : (p == 3 ? heads * head_dim : I);
-        const int64_t N = format == kInt8 ? scales.numel() : w.size(0) * (is_interleaved(format) ? kInterleaved : 1);
+        const int64_t N = format == kInt8 ? scales.numel() : weight_rows(format, w.size(0));
         TORCH_CHECK(reads(w, format, N, inputs), "Int8Model: weights as int8_pack makes them or as GGUF stores them");
         TORCH_CHECK(format != kInt8 || (scales.scalar_type() == at::kFloat && scales.is_contiguous()),
                     "Int8Model: fp32 scales of the int8 weights");
@@ -512,8 +511,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> int8_decoder(const c10::intrusive
 // dequantizing the weight.
 at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t format, const c10::optional<at::Tensor>& bias) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "block_linear: fp32 inputs [M, K]");
-  const int64_t unit = is_interleaved(format) ? kInterleaved : 1;  // rows a stored row holds
-  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0) * unit;
+  const int64_t unit = weight_rows(format, 1);  // rows a stored row holds
+  const int64_t M = x.size(0), K = x.size(1), N = weight_rows(format, weight.size(0));
   TORCH_CHECK(format != kInt8 && reads(weight, format, N, K), "block_linear: a weight in GGUF blocks [N, row bytes] of ", K, " inputs");
   at::Tensor b;
   if (bias.has_value() && bias->defined()) {

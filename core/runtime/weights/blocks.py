@@ -47,13 +47,15 @@ INTERLEAVED_FORMATS = {Q4_K: Q4_K_X8, Q6_K: Q6_K_X8}
 """Each format interleaved at load, and its interleaved format."""
 
 _STORED = {Q4_K_X8: Q4_K, Q6_K_X8: Q6_K}
+_GROUP_BLOCK_BYTES = {Q4_K_X8: INTERLEAVED * 144 + 32, Q6_K_X8: INTERLEAVED * 210}
+"""A group's block of 256 inputs: the 8 rows' blocks (Q4_K's with its scales unpacked, 32 bytes more)."""
 
 
 def row_bytes(format_id: int, inputs: int) -> int:
     """The bytes of one output channel's row of blocks over ``inputs`` inputs (of a group of 8 rows where
     interleaved)."""
-    if format_id in _STORED:
-        return row_bytes(_STORED[format_id], inputs) * INTERLEAVED + (inputs // 256 * 32 if format_id == Q4_K_X8 else 0)
+    if format_id in _GROUP_BLOCK_BYTES:
+        return inputs // 256 * _GROUP_BLOCK_BYTES[format_id]
     _, weights, size = BLOCK_FORMATS[format_id]
     return inputs // weights * size
 
@@ -80,6 +82,7 @@ def as_stored(groups: Any, format_id: int) -> Any:
 
 
 def _as_stored_q6_k(groups: Any) -> Any:
+    """:data:`Q6_K_X8` groups back as the file's Q6_K rows."""
     import numpy as np  # numpy: only for a GGUF model
 
     count = groups.shape[0]
@@ -123,8 +126,8 @@ def reads_as_stored(format_id: int, inputs: int) -> bool:
 
 
 def dequantize(blocks: torch.Tensor, format_id: int) -> torch.Tensor:
-    """The fp32 weight ``[rows, inputs]`` of ``blocks`` (uint8 ``[rows, row bytes]``, or :data:`Q4_K_X8`'s
-    groups), by ``gguf``'s own code."""
+    """The fp32 weight ``[rows, inputs]`` of ``blocks`` (uint8 ``[rows, row bytes]``, or interleaved groups), by
+    ``gguf``'s own code."""
     import numpy as np  # numpy and gguf: only for a GGUF model
     from gguf import GGMLQuantizationType, quants
 
