@@ -188,7 +188,7 @@ def _load_as_stored(
         return None
     set_compile_cache(paths.cache_dir)
     building = not kernels.library_path().exists()
-    progress("Building the decoder's kernels (once, about 30 s)" if building else "Reading the model file", 0.1)
+    progress("Building the decoder's kernels (once, about 15 s)" if building else "Reading the model file", 0.1)
     pool = ThreadPoolExecutor(1, thread_name_prefix="kernels")
     kernels_loaded = pool.submit(kernels.load)  # a compiler child where missing, while the file is read
     pool.shutdown(wait=False)  # a cancel leaves the build to finish for the next load, without waiting for it

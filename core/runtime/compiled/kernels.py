@@ -10,27 +10,48 @@ Its attention (``row_attention.h``) computes each new token on its own, its sums
 sums are exact in any order and every other part runs each row alike, so every token of a lookahead step
 gets exactly the logits a 1-token step would give it.
 
-They are C++ compiled with the compiler the compiled steps already need (inductor's builder, about 20 s
-once), into the package cache next to the steps, keyed by their sources, torch and the vector
-instructions. Only x86-64 processors with AVX2 (or more) run them; elsewhere int8 products stay
+They are C++ compiled with the compiler the compiled steps already need (inductor's builder), once, into
+the package cache next to the steps, keyed by their sources, torch and the vector instructions. The step's
+arithmetic (``decoder_step.cpp``) and the operators (``int8_decoder.cpp``, the only one to parse the torch
+headers) compile side by side, then link. Only x86-64 processors with AVX2 (or more) run them; elsewhere int8 products stay
 weight-only, through torch's kernel.
 """
 
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import os
 import platform
+import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from core.runtime.compiled.toolchain import cache_dir, vector_instructions, vector_isa_from_flags
 
-SOURCES = ("int8_decoder.cpp", "int8_products.h", "block_products.h", "row_attention.h")
-"""The C++ sources: the operator and the headers it includes (all of them key the built library)."""
+if TYPE_CHECKING:
+    from torch._inductor.cpp_builder import CppTorchOptions
+    from torch._inductor.cpu_vec_isa import VecISA
+
+SOURCES = (
+    "int8_decoder.cpp",
+    "decoder_step.cpp",
+    "decoder_step.h",
+    "int8_products.h",
+    "block_products.h",
+    "row_attention.h",
+)
+"""The C++ sources: the operators, the step's arithmetic and the headers they include (all of them key the built
+library)."""
+
+OPERATORS = "int8_decoder.cpp"
+"""The operators' source: tensor checks and allocation, no hot loop, so optimized as little as inductor's wrapper
+code (its torch headers take most of the compiler's time)."""
 
 
 def sources() -> list[Path]:
@@ -115,8 +136,13 @@ def build(library: Path, stale_s: float = 180.0) -> None:
 
 
 def remove_leftovers(library: Path, pid: int) -> None:
-    """What a build by process ``pid``, killed, left: its partial library and its lock."""
-    library.with_name(f"{_partial(library, pid).name}{library.suffix}").unlink(missing_ok=True)
+    """What a build by process ``pid``, killed, left: its partial library and objects, the builder's working
+    folders, and its lock."""
+    for leftover in library.parent.glob(f"{glob.escape(_partial(library, pid).name)}*"):
+        if leftover.is_dir():  # the builder's working folder
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
     lock = _lock(library)
     try:
         if lock.read_text() == str(pid):
@@ -135,18 +161,36 @@ def _partial(library: Path, pid: int) -> Path:
 
 
 def _build(library: Path) -> None:
-    """Compile the sources into ``library``, whole or not at all."""
+    """Compile the sources into ``library``, whole or not at all: each source to an object in a thread of its own
+    (the compiler is a child process), then the objects linked."""
     from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions  # inductor: only when building
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     name = _partial(library, os.getpid()).name
+    folder = str(library.parent)
     with vector_isa_from_flags():
-        options = CppTorchOptions(vec_isa=pick_vec_isa(), include_pytorch=True, shared=True)
-        compiled = [str(path) for path in sources() if path.suffix == ".cpp"]  # the headers come in through them
-        builder = CppBuilder(name, compiled, options, output_dir=str(library.parent))
-        built = Path(builder.get_target_file_path())
+        isa = pick_vec_isa()
+        objects = [
+            CppBuilder(f"{name}.{path.stem}", [str(path)], _object_options(isa, path.name == OPERATORS), folder)
+            for path in sources()
+            if path.suffix == ".cpp"  # the headers come in through them
+        ]
+        linked = [builder.get_target_file_path() for builder in objects]
+        linker = CppBuilder(name, linked, CppTorchOptions(vec_isa=isa, include_pytorch=True, shared=True), folder)
+        built = Path(linker.get_target_file_path())
         try:
-            builder.build()
+            with ThreadPoolExecutor(len(objects)) as pool:
+                list(pool.map(CppBuilder.build, objects))
+            linker.build()
             built.replace(library)
         finally:
-            built.unlink(missing_ok=True)
+            for output in (built, *map(Path, linked)):
+                output.unlink(missing_ok=True)
+
+
+def _object_options(isa: VecISA, operators: bool) -> CppTorchOptions:
+    """How inductor's builder compiles one source to an object: as its own steps, the operators at its wrapper
+    code's optimization level."""
+    from torch._inductor.cpp_builder import CppTorchOptions  # inductor: only when building
+
+    return CppTorchOptions(vec_isa=isa, include_pytorch=True, compile_only=True, min_optimize=operators)
