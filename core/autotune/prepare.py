@@ -22,6 +22,7 @@ from core.autotune.compile_choice import KeptCompiledStep, choose_compiled_step
 from core.autotune.layout import choose_layout
 from core.autotune.measure import measure_step_seconds
 from core.autotune.store import CalibrationStore, Learned
+from core.autotune.variants import auto_chooses_variant, variant_copy, variant_names
 from core.models.device import NAME_BY_DTYPE
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
@@ -40,7 +41,7 @@ from core.runtime.weights.packed import (
     rows_copy_allowed,
     rows_copy_fits,
 )
-from core.runtime.weights.variants import bf16_copy, int8_copy, variant_bytes
+from core.runtime.weights.variants import int8_copy, variant_bytes
 
 log = logging.getLogger(__name__)
 
@@ -191,22 +192,20 @@ def _apply(loaded: LoadedModel, calibration: Calibration, progress: ProgressCall
             apply_layout(loaded.model, PACKED)  # was for the compiled step only (fp32): not kept in memory
             calibration.layout = PACKED
     else:
-        loaded.prepared = PreparedModel(loaded.model, kept)
+        loaded.run_as(PreparedModel(loaded.model, kept))
     progress(COMPILE_STAGE, 1.0)
 
 
 def _convert(loaded: LoadedModel, dtype_name: str, quantization: str, layout: str) -> None:
     """Put the model in the dtype, int8 weights and weight layout a cached calibration chose (CPU)."""
     if quantization == "8bit" and loaded.quantization == "none":
-        loaded.prepared = PreparedModel(int8_copy(loaded.model))
-        loaded.dtype, loaded.quantization = torch.bfloat16, "8bit"
+        loaded.run_as(PreparedModel(int8_copy(loaded.model)), torch.bfloat16, "8bit")
     dtype = getattr(torch, dtype_name, None)
     widens = (
         dtype == torch.float32 and loaded.dtype != torch.float32
     )  # the loader chose the narrower one to leave memory
     if isinstance(dtype, torch.dtype) and dtype != loaded.dtype and loaded.quantization == "none" and not widens:
-        loaded.prepared = PreparedModel(loaded.model.to(dtype))
-        loaded.dtype = dtype
+        loaded.run_as(PreparedModel(loaded.model.to(dtype)), dtype)
     if layout != PLAIN and loaded.device.type == "cpu":
         try:
             apply_layout(loaded.model, layout)
@@ -222,14 +221,13 @@ def _measure(loaded: LoadedModel, progress: ProgressCallback, cancel: CancelToke
         progress(STAGE, min(fraction, 0.99))
 
     report(0.0)  # the compiles come first: the status bar says what the wait is for at once
-    tries_dtypes = loaded.device.type == "cpu" and loaded.requested_dtype == "auto" and loaded.quantization == "none"
-    if tries_dtypes and loaded.dtype in (torch.float32, torch.bfloat16):
+    if auto_chooses_variant(loaded):
         calibration = _measure_variants(loaded, report, cancelled)
     elif loaded.weights_as_stored:  # no variant, layout or compiled step to choose: the curve only
         calibration = calibrate(loaded.prepared, progress=report, cancelled=cancelled)
         record_compiled(calibration, loaded.prepared)
     else:
-        loaded.prepared = fastest_step(loaded.model, cancelled)
+        loaded.run_as(fastest_step(loaded.model, cancelled))
         calibration = calibrate(loaded.prepared, progress=report, cancelled=cancelled)
         calibration.layout = layout_of(loaded.model)
         record_compiled(calibration, loaded.prepared)
@@ -249,11 +247,11 @@ def _measure_variants(
         calibration = calibrate_variants(
             variants, lambda fraction: report(STEPS_SHARE + (1 - STEPS_SHARE) * fraction), cancelled
         )
-        loaded.prepared = variants.models[calibration.variant]
-        if calibration.quantization == "8bit":
-            loaded.dtype, loaded.quantization = torch.bfloat16, "8bit"
-        elif calibration.dtype_label == "bf16":
-            loaded.dtype = torch.bfloat16
+        int8 = calibration.quantization == "8bit"
+        narrower = int8 or calibration.dtype_label == "bf16"
+        loaded.run_as(
+            variants.models[calibration.variant], torch.bfloat16 if narrower else None, "8bit" if int8 else None
+        )
         calibration.untried = copies.untried
         return calibration
     finally:
@@ -273,10 +271,8 @@ class VariantCopies:
 def variant_copies(loaded: LoadedModel) -> VariantCopies:
     """The variants Auto compares on the CPU: the model as loaded, a bf16 copy of an fp32 one, and with
     quantization ``auto`` an int8 one; a copy that would not fit in the free memory is not made."""
-    models = {"fp32" if loaded.dtype == torch.float32 else "bf16": loaded.model}
-    wanted = (["bf16"] if loaded.dtype == torch.float32 else []) + (
-        ["int8"] if loaded.requested_quantization == "auto" else []
-    )
+    as_loaded, *wanted = variant_names(loaded)
+    models = {as_loaded: loaded.model}
     memory = system_memory()
     room = memory.available if memory is not None else None
     untried = []
@@ -288,7 +284,7 @@ def variant_copies(loaded: LoadedModel) -> VariantCopies:
             )
             untried.append(name)
             continue
-        models[name] = (bf16_copy if name == "bf16" else int8_copy)(loaded.model)
+        models[name] = variant_copy(loaded.model, name)
         room = None if room is None else room - needed
     return VariantCopies(models, tuple(untried))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.autotune.prepare import PreparedVariants, prepare_variants, variant_copies
+from core.autotune.variants import auto_chooses_variant
 from core.models.device import DTYPE_BY_NAME, NAME_BY_DTYPE
 from core.models.loader import LoadedModel
 from core.runtime.weights.variants import dtype_copy
@@ -22,12 +23,7 @@ def bench_variants(loaded: LoadedModel, dtypes: Sequence[str] = ()) -> PreparedV
                 "--quantization none for copies in other dtypes"
             )
         return PreparedVariants({NAME_BY_DTYPE[loaded.dtype]: loaded.prepared})  # as calibration names it
-    if (
-        not dtypes
-        and loaded.device.type == "cpu"
-        and loaded.requested_dtype == "auto"
-        and loaded.quantization == "none"
-    ):
+    if not dtypes and auto_chooses_variant(loaded):
         models = variant_copies(loaded).models
     else:
         models = {NAME_BY_DTYPE.get(loaded.dtype, "other"): loaded.model}

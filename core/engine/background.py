@@ -31,6 +31,7 @@ import torch
 from core.autotune.calibration import Calibration
 from core.autotune.measure import measure_step_seconds
 from core.autotune.prepare import AutoTuning, calibrate_or_plain
+from core.autotune.variants import variant_copy, variant_names
 from core.models.loader import LoadedModel
 from core.paths import AppPaths
 from core.progress import Cancelled, CancelToken
@@ -39,7 +40,7 @@ from core.runtime.compiled.parallel import EXPECTED_SECONDS, report_failure, sta
 from core.runtime.compiled.step import why_not_compilable
 from core.runtime.compiled.toolchain import set_compile_cache
 from core.runtime.prepared import PreparedModel
-from core.runtime.weights.variants import bf16_copy, copy_sharing_weights, int8_copy
+from core.runtime.weights.variants import copy_sharing_weights, int8_copy
 
 log = logging.getLogger(__name__)
 
@@ -283,15 +284,11 @@ def _one_layer(model: Any) -> Any:
 
 
 def variant_makers(loaded: LoadedModel) -> list[Callable[[], Any]]:
-    """The variants ``core.autotune.prepare`` compares for ``loaded`` (as loaded, bf16, int8), as one-layer copies."""
+    """The variants calibration compares for ``loaded`` (:func:`~core.autotune.variants.variant_names`), as
+    one-layer copies."""
     model = loaded.model
-    makers: list[Callable[[], Any]] = [lambda: _one_layer(model)]
-    if loaded.requested_dtype == "auto" and loaded.quantization == "none":
-        if loaded.dtype == torch.float32:
-            makers.append(lambda: bf16_copy(_one_layer(model)))
-        if loaded.dtype in (torch.float32, torch.bfloat16) and loaded.requested_quantization == "auto":
-            makers.append(lambda: int8_copy(_one_layer(model)))
-    return makers
+    copies = variant_names(loaded)[1:]
+    return [lambda: _one_layer(model)] + [lambda name=name: variant_copy(_one_layer(model), name) for name in copies]
 
 
 def _lower_thread_priority() -> None:

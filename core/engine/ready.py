@@ -60,12 +60,8 @@ class ReadyModel:
     def upgrade(self, upgrade: Upgrade) -> None:
         """Answer from now on with what the background work prepared (model thread, between jobs)."""
         if upgrade.loaded is not None:
-            loaded = self.loaded
-            loaded.prepared, loaded.dtype, loaded.quantization = (
-                upgrade.loaded.prepared,
-                upgrade.loaded.dtype,
-                upgrade.loaded.quantization,
-            )
+            prepared = upgrade.loaded
+            self.loaded.run_as(prepared.prepared, prepared.dtype, prepared.quantization)
         self.auto, self.background = upgrade.auto, None
 
     @property

@@ -76,6 +76,17 @@ class LoadedModel:
         """The transformers model (``PreTrainedModel``)."""
         return self.prepared.model
 
+    def run_as(
+        self, prepared: PreparedModel, dtype: torch.dtype | None = None, quantization: str | None = None
+    ) -> None:
+        """Decode from now on with ``prepared``, a faster variant of this model (``dtype`` and ``quantization``:
+        what it is, where it changed): the one place preparing for this machine swaps it in."""
+        self.prepared = prepared
+        if dtype is not None:
+            self.dtype = dtype
+        if quantization is not None:
+            self.quantization = quantization
+
     @property
     def eos_token_ids(self) -> list[int]:
         """Every token that ends an answer: the tokenizer's EOS and the generation config's."""
