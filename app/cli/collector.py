@@ -5,7 +5,7 @@ as long as the process, and every full collection walks all of them: while they 
 collections, as their count grows) and once more when Python exits. Collecting nothing while a
 command imports and loads, then freezing what is alive (``gc.freeze``: later collections skip those
 objects, reference counting still frees them), takes that walk out of every start and exit
-(docs/performance.md, "Warm start").
+(docs/performance.md, "Warm start and first start").
 """
 
 from __future__ import annotations
