@@ -12,6 +12,8 @@ import platformdirs
 APP_NAME = "lookahead-chat"
 HOME_VARIABLE = "LOOKAHEAD_CHAT_HOME"
 CACHE_VARIABLE = "LOOKAHEAD_CHAT_CACHE"
+COMPILE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+"""Where torch's compiler keeps its code; the compiled steps and our kernels go there too."""
 
 
 class AppFolderError(OSError):
@@ -52,6 +54,19 @@ class AppPaths:
         return self.cache_dir / "models"
 
     @property
+    def compile_dir(self) -> Path:
+        """Compiled decoding steps and our kernels (torch's compiler cache, :data:`COMPILE_VARIABLE`)."""
+        return self.cache_dir / "inductor"
+
+    def use_compile_dir(self) -> None:
+        """Point torch's compiler at :attr:`compile_dir`, unless the user chose a folder: once, as the app starts
+        (before torch's compiler loads and writes its own default, a temporary folder, which counts as not
+        chosen). The compiled code then outlives reboots."""
+        chosen = os.environ.get(COMPILE_VARIABLE)
+        if chosen is None or chosen == _torch_default_compile_dir():
+            os.environ[COMPILE_VARIABLE] = str(self.compile_dir)
+
+    @property
     def calibration_dir(self) -> Path:
         """Auto's calibration files, one per machine set-up (``core.autotune.store``)."""
         return self.calibration or self.cache_dir / "calibration"
@@ -83,6 +98,12 @@ def _folder_problem(folder: Path, err: OSError) -> str:
     else:
         todo = f"Move that file, or set {HOME_VARIABLE} to another folder." if blocker else "Check the permissions."
     return f"Lookahead Chat cannot create its folder {folder}: {reason}. {todo}"
+
+
+def _torch_default_compile_dir() -> str | None:
+    """The folder torch picks by itself, where its cache-folder module has loaded (only it sets one)."""
+    module = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    return None if module is None else os.path.abspath(module.default_cache_dir())
 
 
 def resource_path(*parts: str) -> Path:

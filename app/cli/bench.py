@@ -27,7 +27,6 @@ from core.engine.ready import model_info
 from core.lookahead.config import LookaheadConfig
 from core.models.default_model import MODEL_NAME, fetch_default_gguf
 from core.paths import AppPaths
-from core.runtime.compiled.toolchain import set_compile_cache
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.packed import layout_of
 from core.suites import Suite, load_suite
@@ -57,7 +56,6 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             return 1
     if args.threads:
         torch.set_num_threads(args.threads)
-    set_compile_cache(paths.cache_dir)
     settings, loaded = load_from_args(args, paths)
     if args.overhead:
         print(profile_table(profile_steps(loaded.model)))

@@ -63,8 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None and not args.self_test:
         from app.window.main import run_gui  # Qt loads only for the window
 
+        paths = AppPaths.default()
+        paths.use_compile_dir()
         try:
-            return run_gui(AppPaths.default())  # it opens on folders it cannot create too, and says so in its notice
+            return run_gui(paths)  # it opens on folders it cannot create too, and says so in its notice
         finally:
             freeze_for_exit()
     try:
@@ -72,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AppFolderError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    paths.use_compile_dir()
     if args.self_test:
         from app.cli import self_test  # the command's own module, as below
 

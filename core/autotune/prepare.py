@@ -29,7 +29,6 @@ from core.paths import AppPaths
 from core.progress import Cancelled, CancelToken, ProgressCallback, no_progress
 from core.runtime.compiled.parallel import compile_in_parallel
 from core.runtime.compiled.step import compile_step, why_not_compilable
-from core.runtime.compiled.toolchain import set_compile_cache
 from core.runtime.memory import system_memory
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.packed import (
@@ -135,7 +134,6 @@ def ensure_calibrated(
     """
     store = CalibrationStore.of(paths, loaded)
     cached = store.read()
-    set_compile_cache(paths.cache_dir)
     if cached is not None:
         calibration = cached
         _apply(loaded, calibration, progress)

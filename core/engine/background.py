@@ -38,7 +38,6 @@ from core.progress import Cancelled, CancelToken
 from core.runtime.compiled.package import CompileJob, KernelsJob, compile_jobs
 from core.runtime.compiled.parallel import EXPECTED_SECONDS, report_failure, start_child, stop_child
 from core.runtime.compiled.step import why_not_compilable
-from core.runtime.compiled.toolchain import set_compile_cache
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.variants import copy_sharing_weights, int8_copy
 
@@ -185,7 +184,6 @@ class BackgroundCalibration:
         except Exception as err:  # no compiler: the step stays eager, and calibration says so
             log.info("no step compiled in the background: %s", err)
             return
-        set_compile_cache(self.paths.cache_dir)
         jobs: dict[Path, CompileJob | KernelsJob] = {}
         for make in variant_makers(shadow):
             if self.gate.stopped:
@@ -238,7 +236,6 @@ def compiled_step_missing(loaded: LoadedModel, calibration: Calibration, paths: 
     compiled = calibration.compiled or calibration.compiled_rows
     if not compiled or loaded.weights_as_stored or why_not_compilable(loaded.model, weights=False) is not None:
         return False
-    set_compile_cache(paths.cache_dir)
     model = _one_layer(loaded.model)
     if calibration.quantization == "8bit" and loaded.quantization == "none":
         model = int8_copy(model)

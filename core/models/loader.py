@@ -34,7 +34,6 @@ from core.progress import CancelToken, ProgressCallback, no_progress
 from core.runtime.compiled import kernels
 from core.runtime.compiled.int8_decoder import Int8Decoder, why_not_int8_decoder
 from core.runtime.compiled.step import CompiledStep
-from core.runtime.compiled.toolchain import set_compile_cache
 from core.runtime.memory import system_memory
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.quantized import quantize_model
@@ -197,7 +196,6 @@ def _load_as_stored(
     if gguf_architecture(path) not in ARCHITECTURES:  # a damaged file is said by load_gguf_model below
         log.info("%s loads through transformers: its architecture is not read as stored", path.name)
         return None
-    set_compile_cache(paths.cache_dir)
     building = not kernels.library_path().exists()
     progress("Building the decoder's kernels (once, about 15 s)" if building else "Reading the model file", 0.1)
     pool = ThreadPoolExecutor(1, thread_name_prefix="kernels")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from core.atomic import write_json_atomic, write_text_atomic
-from core.paths import APP_NAME, AppFolderError, AppPaths, resource_path
+from core.paths import APP_NAME, COMPILE_VARIABLE, AppFolderError, AppPaths, resource_path
 
 
 def test_home_and_cache_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,3 +82,20 @@ def test_a_file_in_the_way_of_a_folder_is_one_clear_error(tmp_path: Path, monkey
     with pytest.raises(AppFolderError, match="Move that file, or set LOOKAHEAD_CHAT_HOME to another folder"):
         AppPaths(blocker / "config", tmp_path / "data", tmp_path / "c").ensure()
     assert blocker.read_text() == "not a folder"
+
+
+def test_the_compile_folder_replaces_the_temporary_folder_torch_sets_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+    paths = AppPaths(tmp_path / "config", tmp_path / "data", tmp_path / "cache")
+    monkeypatch.delenv(COMPILE_VARIABLE)
+    cache_dir()  # what loading torch's compiler does (importing a transformers model loads it)
+    assert os.environ[COMPILE_VARIABLE] == os.path.abspath(default_cache_dir())
+    paths.use_compile_dir()
+    assert os.environ[COMPILE_VARIABLE] == str(tmp_path / "cache" / "inductor") == str(paths.compile_dir)
+    chosen = str(tmp_path / "chosen")
+    monkeypatch.setenv(COMPILE_VARIABLE, chosen)  # a user's own folder stays
+    AppPaths(tmp_path, tmp_path, tmp_path / "other").use_compile_dir()
+    assert os.environ[COMPILE_VARIABLE] == chosen

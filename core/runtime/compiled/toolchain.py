@@ -6,7 +6,6 @@ Inductor takes about a second to import: only what compiles or builds imports th
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,28 +41,9 @@ def vector_instructions() -> str:
     return " ".join([capability, *(name for name, present in features.items() if present)])
 
 
-def set_compile_cache(cache_dir: Path) -> None:
-    """Keep inductor's compiled code, the step packages and our kernels under the app's cache folder, unless
-    the user chose a folder. Torch writes its own default (a temporary folder, emptied at reboots) into
-    ``TORCHINDUCTOR_CACHE_DIR`` as its compiler loads, which importing a transformers model does: that
-    default counts as not chosen."""
-    chosen = os.environ.get(CACHE_VARIABLE)
-    if chosen is None or chosen == _torch_default():
-        os.environ[CACHE_VARIABLE] = str(cache_dir / "inductor")
-
-
-def _torch_default() -> str | None:
-    """The folder torch picks by itself, where its cache-folder module has loaded (only it sets one)."""
-    if "torch._inductor.runtime.cache_dir_utils" not in sys.modules:
-        return None
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir  # loaded already (checked above)
-
-    return os.path.abspath(default_cache_dir())
-
-
 def cache_dir() -> Path:
-    """Inductor's cache folder (``TORCHINDUCTOR_CACHE_DIR``, which the app sets), importing inductor only to
-    find its default."""
+    """Inductor's cache folder (``TORCHINDUCTOR_CACHE_DIR``, which the app sets as it starts:
+    ``core.paths.AppPaths.use_compile_dir``), importing inductor only to find its default."""
     chosen = os.environ.get(CACHE_VARIABLE)
     if chosen:
         return Path(chosen)

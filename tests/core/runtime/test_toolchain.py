@@ -10,28 +10,9 @@ from pathlib import Path
 import pytest
 
 from core.runtime.compiled import kernels
-from core.runtime.compiled.toolchain import (
-    CACHE_VARIABLE,
-    set_compile_cache,
-    vector_instructions,
-    vector_isa_from_flags,
-)
+from core.runtime.compiled.toolchain import CACHE_VARIABLE, vector_instructions, vector_isa_from_flags
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def test_the_app_cache_replaces_the_temporary_folder_torch_sets_itself(tmp_path, monkeypatch) -> None:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
-
-    monkeypatch.delenv(CACHE_VARIABLE)
-    cache_dir()  # what loading torch's compiler does (importing a transformers model loads it)
-    assert os.environ[CACHE_VARIABLE] == os.path.abspath(default_cache_dir())
-    set_compile_cache(tmp_path)
-    assert os.environ[CACHE_VARIABLE] == str(tmp_path / "inductor")
-    chosen = str(tmp_path / "chosen")
-    monkeypatch.setenv(CACHE_VARIABLE, chosen)  # a user's own folder stays
-    set_compile_cache(tmp_path / "other")
-    assert os.environ[CACHE_VARIABLE] == chosen
 
 
 @pytest.mark.skipif(not kernels.supported(), reason="the kernels need an x86-64 processor with AVX2")
