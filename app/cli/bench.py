@@ -21,14 +21,12 @@ from core.bench.overhead import curve_table, profile_steps, profile_table
 from core.bench.peers import ensure_llama_cpp, gguf_at, run_llama_completion, same_prompts_table
 from core.bench.report import Row, markdown_table, report_json, summarize
 from core.bench.runner import AUTO, BENCH_SYSTEM_PROMPT, PLAIN_LOOP, REFERENCE, BenchRunner, Method
-from core.bench.variants import bench_variants
+from core.bench.variants import bench_variants, compiled_layers, weight_layouts
 from core.chat.prompt import Message, encode_messages
 from core.engine.ready import model_info
 from core.lookahead.config import LookaheadConfig
 from core.models.default_model import MODEL_NAME, fetch_default_gguf
 from core.paths import AppPaths
-from core.runtime.prepared import PreparedModel
-from core.runtime.weights.packed import layout_of
 from core.suites import Suite, load_suite
 
 
@@ -74,7 +72,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         memory=args.memory == "on",
     )
     names = list(runner.models)
-    layouts = {name: layout_of(model.model) for name, model in variants.models.items()}
+    layouts = weight_layouts(variants)
     compiled = [name for name, model in variants.models.items() if model.compiled is not None]
     layers = {name: compiled_layers(model) for name, model in variants.models.items()}
     print(
@@ -196,13 +194,3 @@ def _save_chart(rows: Any, path: Path) -> None:
     from app.compare.charts import save_bench_chart  # Qt, only to draw the chart: after the platform is set
 
     save_bench_chart(rows, path)
-
-
-def compiled_layers(model: PreparedModel) -> str:
-    """Which compiled layers a variant runs: ``1-token+rows``, ``1-token``, ``rows`` (every step), ``int8 decoder``
-    (every step), or ``none``."""
-    step = model.compiled
-    if step is not None and step.decoder is not None:
-        return "int8 decoder"
-    names = [] if step is None else [n for n, layer in (("1-token", step.one_token), ("rows", step.rows)) if layer]
-    return "+".join(names) or "none"

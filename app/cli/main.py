@@ -51,11 +51,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pip._internal.cli.main import main as pip_main
 
         return int(pip_main(argv[1:]) or 0)
-    if argv[:1] == ["_compile-step"]:  # core.runtime.compiled.parallel.CHILD_COMMAND: the frozen app compiling
-        # a decoding step for calibration, as a child (that module imports torch: not at the top)
-        from core.runtime.compiled.parallel import child_main
-
-        return child_main(argv[1:])
     args = _parser().parse_args(argv)
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(LOG_FORMAT) if args.verbose else OneLineFormatter(LOG_FORMAT))

@@ -10,7 +10,7 @@ from pathlib import Path
 from app.cli.loading import command_settings, load_named_model
 from app.cli.output import one_line_errors, progress_printer
 from core.bench.export import export_model as write_export
-from core.bench.perplexity import perplexity, quality_text_path, step_perplexity
+from core.bench.perplexity import compiled_step_perplexity, perplexity, quality_text_path
 from core.models import LoadOptions, ModelSource, load_model
 from core.models.catalog import CATALOG, MB, find_entry, is_fetched, model_path
 from core.models.default_model import fetch_default_model, is_default_model_ready
@@ -20,9 +20,6 @@ from core.models.options import QUANTIZATIONS, source_from_spec
 from core.models.registry import ModelRegistry
 from core.paths import AppPaths
 from core.remote import RemoteTarget, base_url, list_models, resolve_key
-from core.runtime.compiled import kernels
-from core.runtime.compiled.step import CompiledStep, compile_step
-from core.runtime.prepared import PreparedModel
 
 
 @one_line_errors
@@ -145,10 +142,13 @@ def quality(args: argparse.Namespace, paths: AppPaths) -> int:
             print("| quantization | dtype | perplexity |\n|---|---|---:|")
         dtype = str(loaded.dtype).removeprefix("torch.")
         print(f"| {quantization} | {dtype} | {value:.3f} |")
-        compiled = compile_step(loaded.model) if quantization == "8bit" and loaded.device.type == "cpu" else None
-        if isinstance(compiled, CompiledStep):
-            stepped = step_perplexity(PreparedModel(loaded.model, compiled), ids)
-            activations = f"int{kernels.activation_bits()} activations" if compiled.decoder else "weight-only"
+        compiled = (
+            compiled_step_perplexity(loaded.model, ids)
+            if quantization == "8bit" and loaded.device.type == "cpu"
+            else None
+        )
+        if compiled is not None:
+            stepped, activations = compiled
             print(f"| {quantization}, compiled steps ({activations}) | {dtype} | {stepped:.3f} |")
     print(
         f"({len(ids)} tokens of {quality_text_path().name}; {loaded.name} on {loaded.device_info.label})",

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 
 from core.paths import resource_path
+from core.runtime.compiled import kernels
+from core.runtime.compiled.step import CompiledStep, compile_step
 from core.runtime.prepared import PreparedModel
 
 
@@ -52,3 +54,14 @@ def step_perplexity(model: PreparedModel, token_ids: list[int], window: int = 51
                 total += float(torch.nn.functional.cross_entropy(logits, torch.tensor([following]), reduction="sum"))
             count += len(chunk) - 1
     return math.exp(total / count)
+
+
+def compiled_step_perplexity(model: Any, token_ids: list[int]) -> tuple[float, str] | None:
+    """:func:`step_perplexity` through the CPU's compiled steps for ``model`` (int8 weights), and what its
+    products multiply: ``int8 activations`` (the int8 decoder's) or ``weight-only``; None where no step compiles
+    (no compiler, say)."""
+    compiled = compile_step(model)
+    if not isinstance(compiled, CompiledStep):
+        return None
+    activations = f"int{kernels.activation_bits()} activations" if compiled.decoder else "weight-only"
+    return step_perplexity(PreparedModel(model, compiled), token_ids), activations

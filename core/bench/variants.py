@@ -8,6 +8,8 @@ from core.autotune.prepare import PreparedVariants, prepare_variants, variant_co
 from core.autotune.variants import auto_chooses_variant
 from core.models.device import DTYPE_BY_NAME, NAME_BY_DTYPE
 from core.models.loader import LoadedModel
+from core.runtime.prepared import PreparedModel
+from core.runtime.weights.packed import layout_of
 from core.runtime.weights.variants import dtype_copy
 
 
@@ -31,3 +33,18 @@ def bench_variants(loaded: LoadedModel, dtypes: Sequence[str] = ()) -> PreparedV
             if name not in models:
                 models[name] = dtype_copy(loaded.model, DTYPE_BY_NAME[name])
     return prepare_variants(models, None, every_variant=True)
+
+
+def weight_layouts(variants: PreparedVariants) -> dict[str, str]:
+    """Each variant's weight layout (``plain``, ``packed``, ``packed+rows``)."""
+    return {name: layout_of(model.model) for name, model in variants.models.items()}
+
+
+def compiled_layers(model: PreparedModel) -> str:
+    """Which compiled layers a variant runs: ``1-token+rows``, ``1-token``, ``rows`` (every step), ``int8 decoder``
+    (every step), or ``none``."""
+    step = model.compiled
+    if step is not None and step.decoder is not None:
+        return "int8 decoder"
+    names = [] if step is None else [n for n, layer in (("1-token", step.one_token), ("rows", step.rows)) if layer]
+    return "+".join(names) or "none"
