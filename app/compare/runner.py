@@ -1,24 +1,23 @@
 """Runs comparisons and suite benchmarks off the GUI thread; reports them as queued Qt signals.
 
-Both are step jobs (:class:`core.engine.jobs.StepsJob`) reached through a :data:`ModelCall`: a function
-that runs one with the loaded model on a background thread. The main window passes its model
-worker's ``run_job``, so a comparison queues behind (never beside) a chat answer and shares its
-throttle, error path and cancel rule; :func:`thread_call` serves a model held directly (tests).
+The jobs are core's (:mod:`core.compare.job`): step jobs (:class:`core.engine.jobs.StepsJob`) reached through a
+:data:`ModelCall`, a function that runs one with the loaded model on a background thread. The main window
+passes its model worker's ``run_job``, so a comparison queues behind (never beside) a chat answer and shares
+its throttle, error path and cancel rule; :func:`thread_call` serves a model held directly (tests).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.bridge.signals import JobSignals
-from core.compare import CompareRequest, ComparisonRun, RunStep
+from core.compare import ComparisonRun
+from core.compare.job import comparison_job, remote_comparison_job, suites_job
 from core.compare.remote_run import LocalRemoteRun
-from core.compare.suites import run_suites
 from core.engine.jobs import StepsJob
-from core.engine.plan import decoding_plan
 from core.engine.ready import ReadyModel
 from core.paths import AppPaths
 from core.progress import CancelToken
@@ -34,11 +33,6 @@ def thread_call(ready: ReadyModel) -> ModelCall:
         threading.Thread(target=job.run, args=(ready,), name="compare", daemon=True).start()
 
     return call
-
-
-def _not_a_step(event: object) -> bool:
-    """Run started or finished: shown at once, not held for the throttle."""
-    return not isinstance(event, RunStep)
 
 
 class _Job(QObject):
@@ -59,6 +53,11 @@ class _Job(QObject):
         self.signals.finished.connect(self._finished)
         self.signals.aborted.connect(self._aborted)
         self.signals.ended.connect(self._ended)
+
+    def began(self, run: ComparisonRun | LocalRemoteRun | None) -> None:
+        """The model thread has begun the job (``run``: what it iterates; a suite run: None)."""
+        self.run = run
+        self.started.set()
 
     @Slot(object)
     def _yielded(self, batch: list[object]) -> None:
@@ -100,7 +99,6 @@ class CompareRunner(QObject):
         self.call = call
         self.paths = paths
         self._job: _Job | None = None
-        self._warmed: set[int] = set()  # id() of models already warmed up; job threads only
 
     @property
     def busy(self) -> bool:
@@ -109,50 +107,38 @@ class CompareRunner(QObject):
     def compare(
         self, prompt: str, settings: Settings, max_new_tokens: int, repeats: int, conversation_id: str | None
     ) -> None:
-        """Start a comparison of ``prompt`` with the settings' lookahead parameters."""
+        """Start a comparison of ``prompt`` with the settings' lookahead parameters and sampling."""
         job = self._start()
-
-        def build(ready: ReadyModel) -> ComparisonRun:
-            job.started.set()
-            loaded = ready.loaded
-            lookahead = decoding_plan("lookahead", settings.lookahead, loaded, ready.auto).lookahead
-            assert lookahead is not None  # lookahead mode always has a setting
-            request = CompareRequest(
-                prompt, settings.system_prompt, lookahead, max_new_tokens, repeats, conversation_id
+        self._submit(
+            comparison_job(
+                prompt,
+                settings,
+                max_new_tokens,
+                repeats,
+                conversation_id,
+                job.signals.listener(),
+                job.cancel,
+                job.began,
             )
-            job.run = ComparisonRun(loaded, request, job.cancel, warm_up=id(loaded.model) not in self._warmed)
-            self._warmed.add(id(loaded.model))
-            return job.run
-
-        self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The comparison", urgent=_not_a_step))
+        )
 
     def compare_remote(self, prompt: str, settings: Settings, max_new_tokens: int) -> None:
         """Answer ``prompt`` with the local model, then with the remote source the settings name."""
-        remote = settings.remote.source()
-        if remote is None:
+        if settings.remote.source() is None:
             raise ValueError("No remote source is on: set one in Settings, Model, Remote.")
         job = self._start()
-
-        def build(ready: ReadyModel) -> LocalRemoteRun:
-            job.started.set()
-            job.run = LocalRemoteRun(ready, remote, settings, prompt, max_new_tokens, job.cancel)
-            return job.run
-
-        self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The comparison", urgent=_not_a_step))
+        self._submit(
+            remote_comparison_job(prompt, settings, max_new_tokens, job.signals.listener(), job.cancel, job.began)
+        )
 
     def run_suites(self, settings: Settings, max_new_tokens: int, limit: int) -> None:
         """Run the built-in suites (the first ``limit`` prompts of each), plain loop vs lookahead."""
         job = self._start()
-
-        def build(ready: ReadyModel) -> Iterator[list]:
-            job.started.set()
-            config = decoding_plan("lookahead", settings.lookahead, ready.loaded, ready.auto).lookahead
-            assert config is not None  # lookahead mode always has a setting
-            yield run_suites(
-                ready.loaded, config, max_new_tokens, limit=limit, progress=self.suite_progress.emit, cancel=job.cancel
+        self._submit(
+            suites_job(
+                settings, max_new_tokens, limit, self.suite_progress.emit, job.signals.listener(), job.cancel, job.began
             )
-
-        self._submit(StepsJob(build, job.signals.listener(), job.cancel, "The suite run", urgent=lambda _rows: True))
+        )
 
     def stop(self) -> None:
         job = self._job

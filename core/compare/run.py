@@ -11,20 +11,22 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from core.chat.prompt import Message, build_prompt
-from core.chat.textstream import TextStream
+from core.chat.answer import Answer
+from core.chat.prompt import Message
 from core.compare.record import LOOKAHEAD, PLAIN, Comparison, RunRecord
-from core.lookahead import Decoding, LookaheadConfig
+from core.lookahead import LookaheadConfig
 from core.lookahead.finish import FinishReason
 from core.models.loader import LoadedModel
 from core.progress import CancelToken
+from core.settings import SamplingSettings
 
 WARM_UP_TOKENS = 8
 
 
 @dataclass(frozen=True)
 class CompareRequest:
-    """What to compare: the prompt, the settings both runs share, and how many repeats."""
+    """What to compare: the prompt, the settings both runs share (the chat's sampling: ``None`` is plain greedy),
+    and how many repeats."""
 
     prompt: str
     system_prompt: str
@@ -32,6 +34,7 @@ class CompareRequest:
     max_new_tokens: int
     repeats: int = 1
     conversation_id: str | None = None
+    sampling: SamplingSettings | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt.strip():
@@ -77,8 +80,8 @@ def run_order(repeat: int) -> tuple[str, str]:
 class ComparisonRun:
     """Runs ``request`` on ``loaded``; iterate for events, then read :meth:`result`.
 
-    Both modes use the same prompt ids, the same greedy decoding loop and timers, and a fresh
-    n-gram pool per run, so repeats are independent. ``cancel`` is checked between steps.
+    Both modes answer as the chat does (:class:`~core.chat.answer.Answer`: the same prompt, sampling and
+    timers), with a fresh n-gram pool per run, so repeats are independent. ``cancel`` is checked between steps.
     ``warm_up`` first runs both modes briefly, unrecorded, so first-call costs stay out.
     """
 
@@ -94,10 +97,7 @@ class ComparisonRun:
         self.cancel = cancel or CancelToken()
         self.warm_up = warm_up
         messages = [Message("system", request.system_prompt)] if request.system_prompt else []
-        messages.append(Message("user", request.prompt))
-        budget = loaded.context_length - request.max_new_tokens
-        self.prompt_ids = build_prompt(loaded.tokenizer, messages, budget).ids
-        self.eos = loaded.eos_token_ids
+        self.messages = [*messages, Message("user", request.prompt)]
         self._comparison = Comparison(
             id=uuid.uuid4().hex[:12],
             created=datetime.now().isoformat(timespec="seconds"),
@@ -115,7 +115,7 @@ class ComparisonRun:
     def __iter__(self) -> Iterator[Event]:
         if self.warm_up:
             for mode in (PLAIN, LOOKAHEAD):
-                for _ in self._decoding(mode, WARM_UP_TOKENS):
+                for _ in self._answer(mode, WARM_UP_TOKENS):
                     pass
         for repeat in range(self.request.repeats):
             for position, mode in enumerate(run_order(repeat)):
@@ -134,38 +134,37 @@ class ComparisonRun:
         """The comparison so far (complete once iteration has ended)."""
         return self._comparison
 
-    def _decoding(self, mode: str, max_new_tokens: int) -> Decoding:
-        return Decoding(
-            self.loaded.prepared,
-            self.prompt_ids,
+    def _answer(self, mode: str, max_new_tokens: int) -> Answer:
+        return Answer(
+            self.loaded,
+            self.messages,
             lookahead=self.request.lookahead if mode == LOOKAHEAD else None,
             max_new_tokens=max_new_tokens,
-            eos_token_ids=self.eos,
             cancel=self.cancel,
+            sampling=self.request.sampling,
         )
 
     def _measure(self, repeat: int, position: int, mode: str) -> Generator[Event, None, RunRecord | None]:
         """Stream one run; its record, or ``None`` when it was cancelled."""
-        decoding = self._decoding(mode, self.request.max_new_tokens)
-        stream = TextStream(self.loaded.tokenizer)
-        new_tokens, elapsed = 0, 0.0
-        for step in decoding:
-            new_tokens += len(step.tokens)
-            elapsed += step.seconds
-            yield RunStep(repeat, mode, stream.push(step.tokens), len(step.tokens), step.seconds, new_tokens, elapsed)
-        if decoding.finish_reason == FinishReason.CANCELLED:
+        answer = self._answer(mode, self.request.max_new_tokens)
+        new_tokens, elapsed, steps = 0, 0.0, 0
+        for delta in answer:
+            timed = delta.stats.step_seconds
+            seconds = timed[-1] if len(timed) > steps else 0.0  # the text's tail comes after the last step
+            steps = len(timed)
+            new_tokens += delta.step_tokens
+            elapsed += seconds
+            yield RunStep(repeat, mode, delta.text, delta.step_tokens, seconds, new_tokens, elapsed)
+        if answer.finish_reason == FinishReason.CANCELLED:
             return None
-        tail = stream.flush()
-        if tail:
-            yield RunStep(repeat, mode, tail, 0, 0.0, new_tokens, elapsed)
-        stats = decoding.stats
+        stats = answer.stats
         return RunRecord(
             mode,
             repeat,
             position,
-            list(decoding.tokens),
-            stream.text,
-            decoding.finish_reason,
+            answer.token_ids,
+            answer.text,
+            answer.finish_reason,
             list(stats.step_seconds),
             list(stats.step_tokens),
         )

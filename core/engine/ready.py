@@ -50,6 +50,7 @@ class ReadyModel:
     pools: ConversationPools
     background: BackgroundCalibration | None = None
     memory: AnswerMemory = field(default_factory=AnswerMemory)  # this model's answers (model thread only)
+    compare_warmed: bool = False  # a comparison has run both modes briefly on this model (first-call costs)
 
     def remember(self, answers: Sequence[str]) -> None:
         """Add earlier answers (saved chats, oldest first) to the model's memory, as its tokenizer splits them."""

@@ -9,6 +9,8 @@ import json
 import pytest
 
 from core.bench.report import Row
+from core.chat.answer import Answer
+from core.chat.prompt import Message
 from core.compare import (
     LOOKAHEAD,
     PLAIN,
@@ -29,6 +31,7 @@ from core.compare.suites import suite_lines
 from core.compare.summary import first_difference_of
 from core.lookahead import LookaheadConfig
 from core.progress import CancelToken
+from core.settings import SamplingSettings
 
 CONFIG = LookaheadConfig(window=3, ngram=3, guesses=3)
 
@@ -91,6 +94,19 @@ def test_a_run_streams_both_modes_in_alternating_order_with_identical_outputs(ti
     summary = summarize(result)
     assert summary is not None and summary.repeats == 3 and summary.identical
     assert result.model == tiny_loaded.name and result.lookahead == "W3 N3 G3"
+
+
+def test_both_modes_answer_with_the_chats_sampling(tiny_loaded):
+    """The comparison's answers are the chat's: its repetition penalty changes them as it changes the chat's."""
+    penalty = SamplingSettings(repetition_penalty=3.0)
+    messages = [Message("system", request().system_prompt), Message("user", request().prompt)]
+    chat = Answer(tiny_loaded, messages, lookahead=None, max_new_tokens=12, sampling=penalty)
+    list(chat)
+    greedy = ComparisonRun(tiny_loaded, request(repeats=1))
+    penalized = ComparisonRun(tiny_loaded, request(repeats=1, sampling=penalty))
+    list(greedy), list(penalized)
+    assert [r.tokens for r in penalized.result().runs] == [chat.token_ids, chat.token_ids]  # plain, then lookahead
+    assert greedy.result().runs[0].tokens != chat.token_ids  # the penalty made a difference to see
 
 
 def test_cancel_stops_within_one_step_and_keeps_finished_runs(tiny_loaded):
