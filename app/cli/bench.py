@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +14,13 @@ import torch
 from app.cli import peers
 from app.cli.loading import load_from_args
 from app.cli.output import one_line_errors, progress_printer
-from core.autotune.chooser import AutoChooser
-from core.autotune.prepare import calibrate_variants
 from core.bench.overhead import curve_table, profile_steps, profile_table
 from core.bench.peers import ensure_llama_cpp, gguf_at, run_llama_completion, same_prompts_table
-from core.bench.report import Row, markdown_table, report_json, summarize
-from core.bench.runner import AUTO, BENCH_SYSTEM_PROMPT, PLAIN_LOOP, REFERENCE, BenchRunner, Method
-from core.bench.variants import bench_variants, compiled_layers, weight_layouts
+from core.bench.report import Row, markdown_table
+from core.bench.runner import BENCH_SYSTEM_PROMPT
+from core.bench.session import BenchOptions, BenchSession
+from core.bench.variants import bench_variants
 from core.chat.prompt import Message, encode_messages
-from core.engine.ready import model_info
 from core.lookahead.config import LookaheadConfig
 from core.models.default_model import MODEL_NAME, fetch_default_gguf
 from core.paths import AppPaths
@@ -63,92 +60,31 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     if args.llama_cpp and loaded.name != MODEL_NAME:
         print(f"error: --llama-cpp compares on the default model ({MODEL_NAME}) only.", file=sys.stderr)
         return 1
-    variants = bench_variants(loaded, dtypes)  # as the app's calibration prepares them
-    runner = BenchRunner(
-        loaded,
-        args.max_new_tokens,
+    options = BenchOptions(
+        max_new_tokens=args.max_new_tokens,
+        auto="auto" in specs,
+        fixed=tuple(fixed),
+        dtypes=tuple(dtypes),
         repetition_penalty=args.repetition_penalty,
-        models=variants.models,
         memory=args.memory == "on",
+        prompt_pool=args.prompt_pool,
+        conversation_pool=args.conversation_pool,
+        peers=not args.no_peers,
     )
-    names = list(runner.models)
-    layouts = weight_layouts(variants)
-    compiled = [name for name, model in variants.models.items() if model.compiled is not None]
-    layers = {name: compiled_layers(model) for name, model in variants.models.items()}
-    print(
-        "weight layouts: "
-        + ", ".join(f"{name} {layout}" for name, layout in layouts.items())
-        + f"; compiled layers: {', '.join(f'{name} {layers[name]}' for name in compiled) or 'none'}",
-        file=sys.stderr,
-    )
-    tag = (lambda d: f" [{d}]") if len(names) > 1 else (lambda d: "")
-    decoder = model_info(loaded).decoder  # a GGUF file as stored: its variant runs the int8 decoder on the blocks
-    on_blocks = f" (int8 decoder, {decoder} weights)" if decoder else ""
-    calibration = None
-    if "auto" in specs:
-        start = time.perf_counter()
-        calibration = calibrate_variants(variants)
-        runner.chooser = AutoChooser(calibration)
-        print(
-            f"{calibration.reason}; runs {calibration.variant}{on_blocks}; calibration {time.perf_counter() - start:.1f} s",
-            file=sys.stderr,
-        )
-    run_dtype = calibration.variant if calibration else names[0]
-    methods: list[Method] = []
-    for d in names:
-        if not args.no_peers:
-            methods.append(Method(REFERENCE + tag(d), "generate", dtype=d))
-        methods.append(Method(PLAIN_LOOP + tag(d), "loop", dtype=d))
-    if calibration is not None:
-        methods.append(Method(AUTO + tag(run_dtype), AUTO))
-    pools = {"on": ["prompt"], "off": ["none"], "both": ["prompt", "none"]}[args.prompt_pool]
-    if args.conversation_pool:
-        pools += ["message", "conversation"]
-    for config in fixed:
-        for pool in pools:
-            suffix = "" if pool == "prompt" else f" {pool} pool" if pool != "none" else " no prompt pool"
-            methods.append(
-                Method(f"lookahead {config.label}{suffix}{tag(run_dtype)}", "loop", config, pool=pool, dtype=run_dtype)
-            )
-    if not args.no_peers:
-        methods.append(Method(f"prompt lookup {10}{tag(run_dtype)}", "prompt_lookup", dtype=run_dtype))
-    runner.warm_up(methods)
-    start = time.perf_counter()
-    results = runner.run(suites, methods, progress_printer("bench: "))
-    rows = summarize(results, REFERENCE + tag(names[0]), PLAIN_LOOP + tag(names[0]))
-    penalty = f", repetition penalty {args.repetition_penalty}" if args.repetition_penalty != 1.0 else ""
-    memory = ", no memory of earlier answers" if args.memory == "off" else ""
-    ran = f"{'/'.join(names)}{on_blocks}"
-    title = (
-        f"{loaded.name}, {loaded.device_info.label}, {ran}, {torch.get_num_threads()} threads, "
-        f"{args.max_new_tokens} new tokens{penalty}{memory}"
-    )
-    print(markdown_table(rows, title))
+    session = BenchSession(loaded, options)  # the variants as the app's calibration prepares them
+    print(session.variants_line(), file=sys.stderr)
+    session.calibrate()
+    if session.calibration is not None:
+        print(session.calibration_line(), file=sys.stderr)
+    report = session.run(suites, progress_printer("bench: "))
+    print(markdown_table(report.rows, report.title))
     if args.llama_cpp:
         print()
-        print(_llama_cpp_on_the_prompts(paths, loaded, suites, rows, args.max_new_tokens))
+        print(_llama_cpp_on_the_prompts(paths, loaded, suites, report.rows, args.max_new_tokens))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "model": loaded.name,
-        "device": loaded.device_info.label,
-        "dtypes": names,
-        "layouts": layouts,
-        "compiled": compiled,
-        "compiled_layers": {name: layers[name] for name in compiled},
-        "threads": torch.get_num_threads(),
-        "max_new_tokens": args.max_new_tokens,
-        "repetition_penalty": args.repetition_penalty,
-        "memory": args.memory,
-        "seconds": time.perf_counter() - start,
-        "suites": [s.name for s in suites],
-        "methods": [m.name for m in methods],
-        "calibration": calibration.as_dict() if calibration else None,
-        "auto_rates": runner.chooser.rates() if runner.chooser else None,
-        "auto_learned": {k: list(v) for k, v in runner.chooser.learned().items()} if runner.chooser else None,
-    }
-    (out / "bench.json").write_text(json.dumps(report_json(rows, results, meta), indent=1))
-    _save_chart(rows, out / "bench.png")
+    (out / "bench.json").write_text(json.dumps(report.as_json(), indent=1))
+    _save_chart(report.rows, out / "bench.png")
     print(f"Wrote {out / 'bench.json'} and {out / 'bench.png'}.", file=sys.stderr)
     return 0
 
