@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from core.progress import Cancelled
+from core.runtime.compiled.parallel import compile_in_parallel
 from core.runtime.compiled.step import CompiledStep, compile_step, why_not_compilable
 from core.runtime.lean_step import LlamaStep
 from core.runtime.step import causal_mask
@@ -44,6 +45,7 @@ def choose_compiled_step(
     (``None``: every step stays eager). Raises :class:`~core.progress.Cancelled` when ``cancelled`` says so."""
     if why_not_compilable(model) is not None:
         return None
+    compile_in_parallel([model], cancelled)  # its two layers side by side, where neither is stored yet
     compiled = compile_step(model)
     if isinstance(compiled, str):
         log.info("the decoding steps stay eager: %s", compiled)

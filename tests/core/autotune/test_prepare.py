@@ -223,19 +223,24 @@ def test_packed_fp32_weights_keep_a_plain_copy_only_with_the_compiled_step() -> 
     assert decoded.tokens == expected.tokens  # fp32: compiled or eager, the same answer
 
 
-def test_packed_weights_join_the_side_by_side_compile_on_their_plain_copy(tmp_path, monkeypatch, caplog) -> None:
-    import logging
-
+def test_packed_weights_join_the_side_by_side_compile_on_their_plain_copy(monkeypatch) -> None:
+    from core.runtime.compiled.package import compile_jobs
+    from core.runtime.compiled.parallel import compile_in_parallel
     from core.runtime.weights.packed import PACKED, PACKED_ROWS, apply_layout
     from tests.core.runtime.test_parallel_compile import _variants
 
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    fp32, int8 = _variants()
+    fp32, int8 = _variants()  # the session's cache holds their packages (test_parallel_compile compiles them afresh)
     apply_layout(fp32, PACKED)  # what choose_layout keeps for fp32 here (a bigger model's bf16, elsewhere)
-    with caplog.at_level(logging.INFO, logger="core.runtime.compiled.parallel"):
-        variants = cal.prepare_variants({"fp32": fp32, "int8": int8}, None)
+    side_by_side: list[set] = []
+
+    def recorded(models, *args) -> None:
+        side_by_side.append({job.path for model in models for job in compile_jobs(model)})
+        compile_in_parallel(models, *args)
+
+    monkeypatch.setattr(cal, "compile_in_parallel", recorded)
+    variants = cal.prepare_variants({"fp32": fp32, "int8": int8}, None)
     # each variant's 1-token and rows layers (int8's kernel library alone where the int8 decoder runs)
-    assert f"{3 if kernels.supported() else 4} step packages compiled side by side" in caplog.text
+    assert len(side_by_side) == 1 and len(side_by_side[0]) == (3 if kernels.supported() else 4)
     compiled = variants.models["fp32"].compiled is not None
     assert layout_of(fp32) == (PACKED_ROWS if compiled else PACKED)  # the copy only with the step
 

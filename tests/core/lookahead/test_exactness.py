@@ -108,6 +108,9 @@ def test_max_new_tokens_is_exact_even_when_a_step_emits_several() -> None:
         assert decoding.finish_reason == "length"
 
 
+ANSWER_TOKENS = 96  # a few sentences: past where the first n-grams repeat, as long as the suite can pay for
+
+
 @pytest.mark.default_model
 def test_default_model_real_prompts_match_generate(default_loaded) -> None:
     from core.chat.prompt import Message, encode_messages
@@ -124,10 +127,12 @@ def test_default_model_real_prompts_match_generate(default_loaded) -> None:
     for text, config in cases:
         ids = encode_messages(tok, [Message("user", text)])
         if text not in references:
-            generated = model.generate(torch.tensor([ids]), max_new_tokens=128, do_sample=False)
+            generated = model.generate(torch.tensor([ids]), max_new_tokens=ANSWER_TOKENS, do_sample=False)
             references[text] = generated[0, len(ids) :].tolist()
         reference = references[text]
-        decoding = Decoding(model, ids, lookahead=config, max_new_tokens=128, eos_token_ids=[tok.eos_token_id])
+        decoding = Decoding(
+            model, ids, lookahead=config, max_new_tokens=ANSWER_TOKENS, eos_token_ids=[tok.eos_token_id]
+        )
         list(decoding)
         assert decoding.tokens == reference, f"{text!r} {config.label}"
         assert decoding.stats.tokens_per_step > 1.2

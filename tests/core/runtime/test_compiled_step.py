@@ -9,6 +9,7 @@ import torch
 
 from core.lookahead import Decoding, LookaheadConfig
 from core.runtime.compiled import kernels
+from core.runtime.compiled.parallel import compile_in_parallel
 from core.runtime.compiled.step import CompiledStep, compile_step, why_not_compilable
 from core.runtime.lean_step import LlamaStep
 from core.runtime.prepared import PreparedModel
@@ -17,7 +18,9 @@ from tests.conftest import make_model, tiny_llama_config
 
 
 def compiled(model) -> PreparedModel:
-    """``model`` with its compiled layers (the test fails where they do not compile)."""
+    """``model`` with its compiled layers (the test fails where they do not compile); its two layers compile
+    side by side where neither is in the session's cache."""
+    compile_in_parallel([model])
     step = compile_step(model)
     assert isinstance(step, CompiledStep), step
     return PreparedModel(model, step)
@@ -273,12 +276,10 @@ def test_quantized_weights_compile_and_decode_as_their_eager_step(bits: int) -> 
 
 def test_models_loaded_one_after_another_each_run_their_own_compiled_step() -> None:
     """Switching models in the app: each shape and kind of weights gets its own compiled layer."""
-    from core.runtime.compiled.parallel import compile_in_parallel
     from core.runtime.weights.quantized import quantize_model
 
-    # the int8 and int4 shapes are the quantized test's: in the session's cache they load, the others compile
-    models = [make_model(tiny_llama_config(96, hidden_size=48), seed=0)]
-    models += [make_model(tiny_llama_config(96), seed=1), make_model(tiny_llama_config(96), seed=2)]
+    # the fp32, int8 and int4 layers are the other tests' (in the session's cache they load), the biased one compiles
+    models = [make_model(tiny_llama_config(96), seed=s) for s in range(3)]
     quantize_model(models[1], 8)
     quantize_model(models[2], 4)
     models.append(make_model(tiny_llama_config(96, attention_bias=True, mlp_bias=True), seed=3))  # joined biases
