@@ -258,5 +258,10 @@ class LlamaStep:
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
         return torch.matmul(weights, value).reshape(1, self.heads, 1, self.head_dim)
 
+    def pass_over(self, tokens: int) -> None:
+        """Zero entries: attention reads every entry alike, so a step after them costs what it costs after a prompt."""
+        self.cache.reserve(self.cache.length + tokens)
+        self.cache.advance(tokens)
+
     def keep(self, past: int, step_size: int, sources: list[int]) -> None:
         self.cache.keep(past, step_size, sources)

@@ -61,6 +61,11 @@ class ModelStep(Protocol):
         index where the step found them as it computed the logits; else ``torch.topk``'s order)."""
         ...
 
+    def pass_over(self, tokens: int) -> None:
+        """Take ``tokens`` more cache entries as if they had been fed, computing as little as the implementation
+        allows (their content is unspecified): a step's cost measured after a context, without its prefill."""
+        ...
+
     def keep(self, past: int, step_size: int, sources: list[int]) -> None:
         """Keep entry ``past`` and the step entries at offsets ``sources`` (moved right after it); drop the rest."""
         ...
@@ -100,6 +105,12 @@ class TransformersStep:
 
     def ranking(self, logits: torch.Tensor, row: int) -> tuple[list[float], list[int]]:
         return ranked(logits[row])
+
+    def pass_over(self, tokens: int) -> None:
+        """A prefill of ``tokens`` zero ids: transformers' caches fill only through the model."""
+        past = self.length
+        ids = torch.zeros(tokens, dtype=torch.long, device=self.model.device)
+        self.forward(ids, torch.arange(past, past + tokens, device=self.model.device), 1)
 
     def keep(self, past: int, step_size: int, sources: list[int]) -> None:
         accepted = len(sources)

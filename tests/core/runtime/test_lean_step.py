@@ -135,3 +135,28 @@ def test_the_cache_grows_keeping_its_entries_and_is_allocated_in_the_layer_dtype
     cache.advance(3)
     cache.keep(1, 4, [3])  # keep slot 1 and slot 4, moved next to it
     assert cache.length == 3 and torch.equal(cache.keys[0][2], torch.ones(2, 4, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_passing_over_a_context_takes_its_entries_and_later_steps_attend_to_them(lean: bool) -> None:
+    """What measuring a step after a context does instead of a prefill: the lean step computes nothing for the
+    entries (zeros), transformers' step prefills them; a step after them attends to every one."""
+    model = _tiny("llama", seed=3)
+    step = LlamaStep(model, 8) if lean else TransformersStep(model, lookahead=True)
+    calls: list[int] = []
+    hook = model.model.layers[0].mlp.register_forward_hook(lambda *args: calls.append(1))
+    with torch.inference_mode():
+        step.pass_over(40)  # beyond the capacity asked for: the cache grows
+        assert step.length == 40 and len(calls) == (0 if lean else 1)
+        logits = step.forward(torch.tensor([5, 6, 7]), torch.arange(40, 43), 3, _mask(3))
+        step.keep(40, 3, [1])
+    hook.remove()
+    assert logits.shape == (3, 96) and torch.isfinite(logits).all() and step.length == 42
+    if lean:  # the same step over 40 zero entries written by hand
+        cache = StaticKVCache(len(model.model.layers), 64)
+        reference = LlamaStep(model, 64)
+        reference.cache = cache
+        cache.advance(40)
+        with torch.inference_mode():
+            expected = reference.forward(torch.tensor([5, 6, 7]), torch.arange(40, 43), 3, _mask(3))
+        assert torch.equal(logits, expected)
