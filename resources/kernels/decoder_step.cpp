@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <new>
 #include <utility>
 #include <vector>
 
