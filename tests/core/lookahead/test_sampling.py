@@ -6,7 +6,13 @@ from collections import Counter
 
 import pytest
 import torch
-from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor
+from transformers import (
+    LogitsProcessorList,
+    NoRepeatNGramLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 import core.lookahead.sampling as sampling
 from core.lookahead import Decoding, LookaheadConfig, SamplingConfig, TokenPolicy, lookahead_generate
@@ -14,7 +20,7 @@ from core.runtime.step import ranked
 from tests.conftest import make_model, tiny_llama_config
 
 VOCAB = 12
-SAMPLES = 2500
+SAMPLES = 1250
 SIGNIFICANCE = 1e-3
 SETTINGS = SamplingConfig(temperature=1.3, top_k=9, top_p=0.97)
 PROMPT = [3, 4, 5, 6, 3, 4, 5, 7, 3, 4, 5, 6, 3, 4, 5, 7, 3, 4]
@@ -36,42 +42,70 @@ def _pairs(model, lookahead: LookaheadConfig | None, seed_offset: int) -> Counte
     return counts
 
 
-def chi_square_p_value(a: Counter, b: Counter) -> float:
-    """Two-sample chi-square test of homogeneity; cells with fewer than 10 counts are pooled."""
-    na, nb = sum(a.values()), sum(b.values())
-    cells, pooled = [], [0, 0]
-    for key in set(a) | set(b):
-        if a[key] + b[key] < 10:
-            pooled[0] += a[key]
-            pooled[1] += b[key]
+@pytest.fixture(scope="module")
+def exact_pairs(model) -> dict[tuple[int, int], float]:
+    """The pair's probabilities under plain sampling, from the model's logits and transformers' own warpers:
+    P(t1, t2) = sum over t0 of q(t0) q(t1 | t0) q(t2 | t0, t1)."""
+    warpers = LogitsProcessorList(
+        [
+            TemperatureLogitsWarper(SETTINGS.temperature),
+            TopKLogitsWarper(SETTINGS.top_k),
+            TopPLogitsWarper(SETTINGS.top_p),
+        ]
+    )
+
+    def next_probabilities(prefixes: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            logits = model(prefixes).logits[:, -1, :].float()
+        return warpers(prefixes, logits).softmax(-1)
+
+    prompt = torch.tensor([PROMPT])
+    first = next_probabilities(prompt)[0]
+    after_first = torch.cat([prompt.repeat(VOCAB, 1), torch.arange(VOCAB)[:, None]], 1)
+    second = next_probabilities(after_first)  # [t0, t1]
+    after_second = torch.cat([after_first.repeat_interleave(VOCAB, 0), torch.arange(VOCAB).repeat(VOCAB)[:, None]], 1)
+    third = next_probabilities(after_second).view(VOCAB, VOCAB, VOCAB)  # [t0, t1, t2]
+    pairs = torch.einsum("a,ab,abc->bc", first.double(), second.double(), third.double())
+    return {(b, c): float(pairs[b, c]) for b in range(VOCAB) for c in range(VOCAB) if pairs[b, c] > 0}
+
+
+def chi_square_p_value(counts: Counter, probabilities: dict[tuple[int, int], float]) -> float:
+    """Chi-square goodness of fit of ``counts`` to ``probabilities``; cells expecting fewer than 10 are pooled.
+    A count where the probability is zero fails at once."""
+    n = sum(counts.values())
+    impossible = set(counts) - set(probabilities)
+    assert not impossible, f"sampled pairs that plain sampling never gives: {sorted(impossible)}"
+    cells, pooled = [], [0, 0.0]
+    for key, p in probabilities.items():
+        if n * p < 10:
+            pooled[0] += counts[key]
+            pooled[1] += n * p
         else:
-            cells.append((a[key], b[key]))
-    if sum(pooled):
+            cells.append((counts[key], n * p))
+    if pooled[1]:
         cells.append(tuple(pooled))
-    k1, k2 = (nb / na) ** 0.5, (na / nb) ** 0.5
-    stat = sum((x * k1 - y * k2) ** 2 / (x + y) for x, y in cells)
+    stat = sum((observed - expected) ** 2 / expected for observed, expected in cells)
     dof = len(cells) - 1
     return float(
         torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64))
     )
 
 
-@pytest.fixture(scope="module")
-def plain_counts(model) -> Counter:
-    return _pairs(model, None, 0)
+def test_plain_sampling_follows_the_warped_distribution(model, exact_pairs) -> None:
+    p = chi_square_p_value(_pairs(model, None, 0), exact_pairs)
+    assert p > SIGNIFICANCE, f"plain sampling is off its distribution (p={p:.2e})"
 
 
-def test_lookahead_sampling_matches_plain_sampling(model, plain_counts) -> None:
-    look = _pairs(model, LookaheadConfig(3, 4, 6), 10**6)
-    p = chi_square_p_value(plain_counts, look)
+def test_lookahead_sampling_matches_plain_sampling(model, exact_pairs) -> None:
+    p = chi_square_p_value(_pairs(model, LookaheadConfig(3, 4, 6), 10**6), exact_pairs)
     assert p > SIGNIFICANCE, f"distributions differ (p={p:.2e})"
 
 
-def test_the_statistical_test_catches_a_wrong_acceptance_rule(model, plain_counts, monkeypatch) -> None:
+def test_the_statistical_test_catches_a_wrong_acceptance_rule(model, exact_pairs, monkeypatch) -> None:
     """Accepting a draft with probability min(1, 2 p) instead of p biases the output: the test must see it."""
     monkeypatch.setattr(sampling, "accept_draft", lambda p_token, u: u < min(1.0, 2 * p_token))
     wrong = _pairs(model, LookaheadConfig(3, 4, 6), 10**6)
-    assert chi_square_p_value(plain_counts, wrong) < SIGNIFICANCE
+    assert chi_square_p_value(wrong, exact_pairs) < SIGNIFICANCE
 
 
 def test_lookahead_sampling_accepts_several_tokens_per_step(model) -> None:
