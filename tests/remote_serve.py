@@ -9,6 +9,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "sk-remote-29-do-not-leak"
 
@@ -29,7 +31,14 @@ class Serve:
 
 def start_serve(model_folder: Path, home: Path, api_key: str = API_KEY) -> Serve:
     """``serve`` on the tiny model on a free port, plain decoding, requiring ``api_key``."""
-    env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(home), "LOOKAHEAD_CHAT_API_KEY": api_key, "OMP_NUM_THREADS": "1"}
+    # The session's thread count: the tiny model's step packages, compiled by the session for it, then load.
+    threads = str(torch.get_num_threads())
+    env = {
+        **os.environ,
+        "LOOKAHEAD_CHAT_HOME": str(home),
+        "LOOKAHEAD_CHAT_API_KEY": api_key,
+        "OMP_NUM_THREADS": threads,
+    }
     env.pop("LOOKAHEAD_CHAT_CACHE", None)
     args = [
         "serve",
