@@ -108,9 +108,8 @@ class CompareRunner(QObject):
         self, prompt: str, settings: Settings, max_new_tokens: int, repeats: int, conversation_id: str | None
     ) -> None:
         """Start a comparison of ``prompt`` with the settings' lookahead parameters and sampling."""
-        job = self._start()
-        self._submit(
-            comparison_job(
+        self._run(
+            lambda job: comparison_job(
                 prompt,
                 settings,
                 max_new_tokens,
@@ -123,19 +122,18 @@ class CompareRunner(QObject):
         )
 
     def compare_remote(self, prompt: str, settings: Settings, max_new_tokens: int) -> None:
-        """Answer ``prompt`` with the local model, then with the remote source the settings name."""
-        if settings.remote.source() is None:
-            raise ValueError("No remote source is on: set one in Settings, Model, Remote.")
-        job = self._start()
-        self._submit(
-            remote_comparison_job(prompt, settings, max_new_tokens, job.signals.listener(), job.cancel, job.began)
+        """Answer ``prompt`` with the local model, then with the remote source the settings name (``ValueError``
+        where none is on)."""
+        self._run(
+            lambda job: remote_comparison_job(
+                prompt, settings, max_new_tokens, job.signals.listener(), job.cancel, job.began
+            )
         )
 
     def run_suites(self, settings: Settings, max_new_tokens: int, limit: int) -> None:
         """Run the built-in suites (the first ``limit`` prompts of each), plain loop vs lookahead."""
-        job = self._start()
-        self._submit(
-            suites_job(
+        self._run(
+            lambda job: suites_job(
                 settings, max_new_tokens, limit, self.suite_progress.emit, job.signals.listener(), job.cancel, job.began
             )
         )
@@ -150,19 +148,22 @@ class CompareRunner(QObject):
             self._job = None
             self.busy_changed.emit(False)
 
-    def _start(self) -> _Job:
+    def _run(self, make: Callable[[_Job], StepsJob]) -> None:
+        """Make a job and hand it to the model thread; where making it fails (the settings refuse it), the runner
+        stays idle."""
         if self._job is not None:
             raise RuntimeError("A comparison is already running; stop it first.")
         if self.call is None:
             raise RuntimeError("No model is loaded yet.")
         job = _Job(self)
+        try:
+            work = make(job)
+        except Exception:
+            job.deleteLater()
+            raise
         self._job = job
         self.busy_changed.emit(True)
-        return job
-
-    def _submit(self, job: StepsJob) -> None:
-        assert self.call is not None
-        self.call(job)
+        self.call(work)
 
     def _job_ended(self, job: _Job) -> None:
         if self._job is job:

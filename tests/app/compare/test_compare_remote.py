@@ -23,6 +23,9 @@ def test_local_against_remote_streams_both_panes_and_shows_both_rates(
     page.against_remote.setChecked(True)
     page.compare_button.click()
     assert "Turn on a remote source first" in page.status.text() and not page.runner.busy
+    with pytest.raises(ValueError, match="No remote source is on"):  # the runner refuses too, and stays idle
+        page.runner.compare_remote("hi", local_only, 8)
+    assert not page.runner.busy
 
     remote = RemoteSettings(True, remote_serve.url, remote_serve.model, "REMOTE29_COMPARE_KEY")
     live.set(Settings(mode="plain", sampling=SamplingSettings(max_new_tokens=8), remote=remote))
