@@ -65,6 +65,23 @@ def session_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield folder
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A user cache for the session (``LOOKAHEAD_CHAT_CACHE``, children and subprocesses included) whose
+    ``models`` is the real cache's, where `make test` fetched the default model.
+
+    What the app writes there beside the models (Auto's calibrations, GGUF metadata) then stays in the
+    session: a calibration one run stored for the tiny model never changes how the next run's commands start.
+    """
+    real_models = AppPaths.default().models_dir
+    real_models.mkdir(parents=True, exist_ok=True)
+    folder = tmp_path_factory.mktemp("user-cache")
+    (folder / "models").symlink_to(real_models, target_is_directory=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LOOKAHEAD_CHAT_CACHE", str(folder))
+        yield folder
+
+
 @pytest.fixture(autouse=True)
 def collectable_garbage() -> Iterator[None]:
     """The command line freezes what is alive for its process's exit (app.cli.collector); run in-process here,
@@ -74,8 +91,8 @@ def collectable_garbage() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def real_paths() -> AppPaths:
-    """The user's real folders (for the cached default model)."""
+def real_paths(session_user_cache: Path) -> AppPaths:
+    """The user's folders (for the cached default model; the cache is the session's, see :func:`session_user_cache`)."""
     return AppPaths.default()
 
 

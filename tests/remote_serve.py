@@ -38,8 +38,8 @@ def start_serve(model_folder: Path, home: Path, api_key: str = API_KEY) -> Serve
         "LOOKAHEAD_CHAT_HOME": str(home),
         "LOOKAHEAD_CHAT_API_KEY": api_key,
         "OMP_NUM_THREADS": threads,
+        "LOOKAHEAD_CHAT_CACHE": str(home / "cache"),  # its calibration stays its own: in-process commands measure anew
     }
-    env.pop("LOOKAHEAD_CHAT_CACHE", None)
     args = [
         "serve",
         "--model",

@@ -26,7 +26,6 @@ def cli(*args: str, home: Path, timeout: int = 180) -> subprocess.CompletedProce
     """Run the installed entry point (or `python -m app` from a bare checkout) with its own home."""
     command = [str(ENTRY)] if ENTRY.exists() else [sys.executable, "-m", "app"]
     env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(home)}
-    env.pop("LOOKAHEAD_CHAT_CACHE", None)  # the real model cache, where the default model is
     return subprocess.run([*command, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
 
 
@@ -34,7 +33,6 @@ def cli(*args: str, home: Path, timeout: int = 180) -> subprocess.CompletedProce
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Fresh config and data folders for in-process runs too."""
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path))
-    monkeypatch.delenv("LOOKAHEAD_CHAT_CACHE", raising=False)
     return tmp_path
 
 

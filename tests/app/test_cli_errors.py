@@ -16,7 +16,6 @@ from core.chat.prompt import SYSTEM_FOLDED_NOTE
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("LOOKAHEAD_CHAT_CACHE", raising=False)
     return tmp_path / "home"
 
 
@@ -34,8 +33,9 @@ def failing_forward():
 
 
 def test_a_failure_while_answering_is_one_line_and_exit_1(
-    tiny_model_folder: Path, home: Path, failing_forward, capsys
+    tiny_model_folder: Path, home: Path, failing_forward, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("LOOKAHEAD_CHAT_CACHE", str(home / "cache"))  # no stored calibration: the answer runs first
     code = main(
         ["ask", "hi", "--model", str(tiny_model_folder), "--device", "cpu", "--dtype", "fp32", "--max-new-tokens", "4"]
     )

@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_serve_streams_to_the_openai_client_and_stops_on_ctrl_c(tiny_model_folder: Path, tmp_path: Path) -> None:
     env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(tmp_path), "LOOKAHEAD_CHAT_API_KEY": "k3y"}
-    env.pop("LOOKAHEAD_CHAT_CACHE", None)
     args = [
         "serve",
         "--model",
@@ -66,7 +65,6 @@ def test_serve_streams_to_the_openai_client_and_stops_on_ctrl_c(tiny_model_folde
 
 def test_serve_on_a_chosen_port_stops_cleanly_on_sigterm(tiny_model_folder: Path, tmp_path: Path) -> None:
     env = {**os.environ, "LOOKAHEAD_CHAT_HOME": str(tmp_path)}
-    env.pop("LOOKAHEAD_CHAT_CACHE", None)
     with socket.socket() as probe:  # a free port: serve holds it while the model loads, then the server takes it
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -67,7 +67,6 @@ def test_cli_exports_fp16_in_parts_of_at_most_60_mb(
     from transformers import AutoModelForCausalLM
 
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("LOOKAHEAD_CHAT_CACHE", raising=False)
     folder = tmp_path / "fp16"
     assert main(["export-model", "--out", str(folder), "--split-mb", "60"]) == 0
     assert "core.bench.join_parts" in capsys.readouterr().out
