@@ -14,7 +14,7 @@ from core.runtime.compiled.step import CompiledStep, compile_step, why_not_compi
 from core.runtime.lean_step import LlamaStep
 from core.runtime.prepared import PreparedModel
 from core.runtime.weights.packed import PACKED, PACKED_ROWS, apply_layout
-from tests.conftest import make_model, tiny_llama_config
+from tests.conftest import TINY_VOCAB, make_model, tiny_llama_config
 
 
 def compiled(model) -> PreparedModel:
@@ -225,8 +225,9 @@ def test_the_cache_grows_under_the_int8_decoder() -> None:
     assert out == expected.tokens and step.cache.capacity >= 2 * len(prompt)
 
 
-def test_bf16_compiled_step_runs_on_the_rows_copy_and_agrees_with_eager() -> None:
-    model = make_model(tiny_llama_config(96, hidden_size=96, num_attention_heads=6, num_key_value_heads=3), seed=4)
+def test_bf16_compiled_step_runs_on_the_rows_copy_and_agrees_with_eager(tiny_model_folder) -> None:
+    # the session's tiny model's shape: its bf16 packages, compiled for Auto's variants, load here
+    model = make_model(tiny_llama_config(TINY_VOCAB, max_position_embeddings=1024), seed=4)
     model = model.to(torch.bfloat16)
     try:
         apply_layout(model, PACKED_ROWS)
