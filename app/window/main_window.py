@@ -68,6 +68,7 @@ class MainWindow(QMainWindow):
     def __init__(self, paths: AppPaths) -> None:
         super().__init__()
         self.paths = paths
+        self.closed = False  # closeEvent ran: the worker is stopped and the history closed
         try:
             paths.ensure()
             folders_problem = None
@@ -452,7 +453,11 @@ class MainWindow(QMainWindow):
         self.notice.show_message(message, "error")
 
     def bring_to_front(self) -> None:
-        """Show the window on top (a second start of the app asked for it)."""
+        """Show the window on top (a second start of the app asked for it), unless it has closed: the ask can
+        arrive after its worker stopped and its history closed, and a window shown again would keep the app
+        from quitting."""
+        if self.closed:
+            return
         if self.isMinimized():
             self.showNormal()
         self.show()
@@ -514,6 +519,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Stop a comparison, save a half-finished answer (marked interrupted), stop the worker, close the history."""
+        self.closed = True
         self.compare_page.runner.stop()
         self.chat.shutdown()
         if not self.worker.shutdown(SHUTDOWN_S):

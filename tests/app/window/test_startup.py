@@ -141,6 +141,20 @@ def test_a_second_start_brings_the_window_forward_and_leaves_its_live_answer_alo
     lock.release()
 
 
+def test_a_second_start_as_the_window_closes_does_not_open_it_again(open_window, app_paths, qtbot) -> None:
+    """The ask to come forward can arrive after the window closed (its worker stopped, its history closed):
+    it must not show that window again, or the app would never quit (a cold test run once hung on it)."""
+    lock = InstanceLock(app_paths.data_dir)
+    assert lock.acquire()
+    window = open_window(wait_for_model=False)
+    lock.activated.connect(window.bring_to_front)
+    window.close()
+    assert InstanceLock(app_paths.data_dir).activate_owner()  # what a second start sends
+    qtbot.wait(500)
+    assert not window.isVisible()
+    lock.release()
+
+
 def test_a_second_start_that_cannot_reach_the_first_says_so_and_exits(tmp_path: Path, qtbot, start_app) -> None:
     lock = InstanceLock(tmp_path / "data")
     assert lock.acquire()
