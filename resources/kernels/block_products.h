@@ -16,7 +16,8 @@
 // about 2.5x faster in cache). Every kernel of a format sums a block in integers and adds it with the same fp32
 // operations (q4_k_block; the Q6_K kernels' one fma), so interleaved and as stored give a row the same bits.
 // Products of unsigned weight bytes by signed activation bytes: vpmaddubsw (its int16 pair sums cannot saturate
-// here: |q| <= 63 or, for Q8_0, |w| <= 128 against |x| <= 127) or, with AVX-512 VNNI, vpdpbusd on 256-bit vectors.
+// here: |q| <= 63 or, for Q8_0, |w| <= 128 against |x| <= 127) or, with AVX-512 VNNI, vpdpbusd on 256-bit vectors;
+// with AMX, interleaved weights in steps of 2 rows or more take tiles (tile_q4_k_x16, tile_q6_k_x16).
 #pragma once
 
 
@@ -27,6 +28,8 @@
 #include <vector>
 
 #include <immintrin.h>
+
+#include "amx_tiles.h"
 
 namespace lookahead {
 
@@ -526,6 +529,202 @@ inline void dot_q6_k_x8(const uint8_t* w, int64_t blocks, const BlockRows& x, in
   for (int m = 0; m < MB; ++m) _mm256_storeu_ps(out + 8 * m, acc[m]);
 }
 
+#ifdef LOOKAHEAD_AMX_TILES
+// With AMX, steps of kAmxBlockFromRows rows or more multiply interleaved Q4_K and Q6_K weights in tiles, two
+// groups (16 weight rows) at a time: for each sub-block (32 inputs of Q4_K, 16 of Q6_K), tdpbsud takes up to 16
+// rows of its rounded inputs (signed bytes) times the 16 weight rows' unsigned q (decoded into a tile) into int32
+// sums, the integers the vpdpbusd kernels (dot_q4_k_x8, dot_q6_k_x8) add. Each sum is scaled by its row's
+// sub-block scale and the block ends with those kernels' fp32 operations, lane for lane: a row gets the same bits
+// with or without tiles, so a wide lookahead step on tiles still equals the 1-token step on vpdpbusd.
+constexpr int64_t kAmxBlockFromRows = 2;  // one row stays on vpdpbusd (its weights, not the arithmetic, bound it)
+
+constexpr int64_t kBlockPrefetchBytes = 2048;  // how far ahead of its use a group's block is asked for
+
+// Asks for the `bytes` at p + kBlockPrefetchBytes: a group's blocks are one stream, which the hardware prefetcher
+// alone follows too late for the memory to stream at its speed under the tiles' steps (measured: a 2-row step's
+// products 1.2x a 1-row step's without, 1.1x with; the 1-row kernels were no faster with it).
+inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + kBlockPrefetchBytes + line), _MM_HINT_T0);
+}
+
+// Tiles 0-1 and 2-3: two pairs of sub-blocks' sums (rows x 16 int32), one pair multiplied while the other's sums
+// are scaled; 4 and 5 the rows' inputs for a pair (rows x `inputs` bytes); 6 and 7 its weights (inputs / 4 quads
+// x 16 weight rows x 4 bytes). Q4_K's sub-blocks hold 32 inputs, Q6_K's 16.
+inline void configure_block_tiles(int64_t rows, int64_t inputs) {
+  TileConfig config;
+  for (int tile : {0, 1, 2, 3}) config.set(tile, rows, 64);
+  for (int tile : {4, 5}) config.set(tile, rows, inputs);
+  for (int tile : {6, 7}) config.set(tile, inputs / 4, 64);
+  config.load();
+}
+
+// A pair of sub-blocks into tiles S0 and S1 (GCC's tile intrinsics take tile numbers as literals: one function a
+// pair of tiles), and their sums stored.
+#define LOOKAHEAD_TILE_PAIR(S0, S1)                                                                              \
+  inline void multiply_pair_##S0##S1(const int8_t* a, int64_t second, int64_t stride, const uint8_t* b,        \
+                                     int64_t tile_bytes) {                                                      \
+    _tile_zero(S0);                                                                                             \
+    _tile_zero(S1);                                                                                             \
+    _tile_loadd(4, a, stride);                                                                                  \
+    _tile_loadd(5, a + second, stride);                                                                         \
+    _tile_loadd(6, b, 64);                                                                                      \
+    _tile_loadd(7, b + tile_bytes, 64);                                                                         \
+    _tile_dpbsud(S0, 4, 6);                                                                                     \
+    _tile_dpbsud(S1, 5, 7);                                                                                     \
+  }                                                                                                             \
+  inline void store_pair_##S0##S1(int32_t (*out)[kTileRows * 16]) {                                            \
+    _tile_stored(S0, out[0], 64);                                                                               \
+    _tile_stored(S1, out[1], 64);                                                                               \
+  }
+LOOKAHEAD_TILE_PAIR(0, 1)
+LOOKAHEAD_TILE_PAIR(2, 3)
+#undef LOOKAHEAD_TILE_PAIR
+
+// A block's integer sums for `count` rows: pair q of its sub-blocks multiplies the inputs at in + offsets[q] and
+// `second` bytes on (rows `stride` bytes apart) by the weight tiles at weights + 2 q tile_bytes and the next, each
+// sum times its row's sub-block scale (scales[2 q], scales[2 q + 1]) added to sums[m].
+inline void tile_block_sums(const int8_t* in, int64_t stride, const int64_t* offsets, int64_t second, const uint8_t* weights,
+                            int64_t tile_bytes, const __m512i* scales, int pairs, int64_t count, __m512i* sums) {
+  alignas(64) int32_t stored[2][2][kTileRows * 16];
+  for (int q = 0; q <= pairs; ++q) {
+    if (q < pairs) {
+      const uint8_t* b = weights + 2 * q * tile_bytes;
+      if (q % 2 == 0) multiply_pair_01(in + offsets[q], second, stride, b, tile_bytes);
+      else multiply_pair_23(in + offsets[q], second, stride, b, tile_bytes);
+    }
+    if (q == 0) continue;
+    const int p = q - 1;  // the pair before: its sums are ready while this one multiplies
+    if (p % 2 == 0) store_pair_01(stored[0]);
+    else store_pair_23(stored[1]);
+    const int32_t* s0 = stored[p % 2][0];
+    const int32_t* s1 = stored[p % 2][1];
+    for (int64_t m = 0; m < count; ++m)
+      sums[m] = _mm512_add_epi32(sums[m], _mm512_add_epi32(_mm512_mullo_epi32(_mm512_load_si512(s0 + 16 * m), scales[2 * p]),
+                                                           _mm512_mullo_epi32(_mm512_load_si512(s1 + 16 * m), scales[2 * p + 1])));
+  }
+}
+
+// 16 bytes: 8 at a, 8 at b.
+inline __m128i join8(const uint8_t* a, const uint8_t* b) {
+  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+}
+// 32 bytes: 16 at a, 16 at b.
+inline __m256i join16(const uint8_t* a, const uint8_t* b) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+
+// Input rows m0 .. m0 + count - 1 (count <= 16, tiles configured for 32 inputs) times the interleaved Q4_K groups
+// at a and b (weight rows 0-7 and 8-15): out[16 m + j].
+inline void tile_q4_k_x16(const uint8_t* a, const uint8_t* b, int64_t blocks, const BlockRows& x, int64_t m0,
+                          int64_t count, float* out) {
+  constexpr int64_t kTile = 8 * 64;  // a sub-block's weights: 8 quads x 16 rows x 4
+  static constexpr int64_t kOffsets[4] = {0, 64, 128, 192};  // pair c: sub-blocks 2c and 2c + 1, 32 inputs apart
+  __m512 acc[kTileRows];
+  for (int64_t m = 0; m < count; ++m) acc[m] = _mm512_setzero_ps();
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  alignas(64) uint8_t weights[8 * kTile];
+  for (int64_t i = 0; i < blocks; ++i) {
+    const uint8_t* ga = a + i * kQ4_Kx8Bytes;
+    const uint8_t* gb = b + i * kQ4_Kx8Bytes;
+    prefetch_ahead(ga, kQ4_Kx8Bytes);
+    prefetch_ahead(gb, kQ4_Kx8Bytes);
+    for (int c = 0; c < 4; ++c)
+      for (int t = 0; t < 8; ++t) {  // quad t of the 16 rows: group a's 8 rows, then group b's
+        const __m512i bits = _mm512_inserti64x4(_mm512_castsi256_si512(load32(ga + 160 + 256 * c + 32 * t)),
+                                                load32(gb + 160 + 256 * c + 32 * t), 1);
+        _mm512_store_si512(weights + 2 * c * kTile + 64 * t, _mm512_and_si512(bits, nibble));
+        _mm512_store_si512(weights + (2 * c + 1) * kTile + 64 * t, _mm512_and_si512(_mm512_srli_epi16(bits, 4), nibble));
+      }
+    __m512i scales[8];
+    for (int j = 0; j < 8; ++j) scales[j] = _mm512_cvtepu8_epi32(join8(ga + 32 + 8 * j, gb + 32 + 8 * j));
+    __m512i sums[kTileRows];
+    for (int64_t m = 0; m < count; ++m) sums[m] = _mm512_setzero_si512();
+    tile_block_sums(x.row(m0) + i * 256, x.K, kOffsets, 32, weights, kTile, scales, 4, count, sums);
+    __m512i mins[4];
+    for (int p = 0; p < 4; ++p) mins[p] = _mm512_cvtepu8_epi16(join16(ga + 96 + 16 * p, gb + 96 + 16 * p));
+    const __m512 d = _mm512_cvtph_ps(join16(ga, gb));
+    const __m512 dmin = _mm512_cvtph_ps(join16(ga + 16, gb + 16));
+    for (int64_t m = 0; m < count; ++m) {
+      const int16_t* thirty_twos = x.thirty_twos(m0 + m) + i * 8;
+      __m512i low = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) {
+        int32_t pair;
+        std::memcpy(&pair, thirty_twos + 2 * p, 4);
+        low = _mm512_dpwssd_epi32(low, mins[p], _mm512_set1_epi32(pair));
+      }
+      const __m512 dx = _mm512_set1_ps(x.scales(m0 + m)[i]);  // as dot_q4_k_x8, lane for lane
+      acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sums[m]), acc[m]);
+      acc[m] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(low), acc[m]);
+    }
+  }
+  for (int64_t m = 0; m < count; ++m) _mm512_storeu_ps(out + 16 * m, acc[m]);
+}
+
+// Input rows m0 .. m0 + count - 1 (count <= 16, tiles configured for 16 inputs) times the interleaved Q6_K groups
+// at a and b: out[16 m + j]. Each group of 16 weights is a tile product (the unsigned q against the rounded
+// inputs), scaled by its row's scale; the offset of 32 and the block's fma are dot_q6_k_x8's, lane for lane.
+inline void tile_q6_k_x16(const uint8_t* a, const uint8_t* b, int64_t blocks, const BlockRows& x, int64_t m0,
+                          int64_t count, float* out) {
+  constexpr int64_t kTile = 4 * 64;  // a group's weights: 4 quads x 16 rows x 4
+  // pair q = 4 h + 2 half + e: groups g = 8 h + 2 e + half (inputs 16 g on) and g + 4 (64 inputs further)
+  static constexpr int64_t kOffsets[8] = {0, 32, 16, 48, 128, 160, 144, 176};
+  __m512 acc[kTileRows];
+  for (int64_t m = 0; m < count; ++m) acc[m] = _mm512_setzero_ps();
+  alignas(64) uint8_t weights[16 * kTile];
+  for (int64_t i = 0; i < blocks; ++i) {
+    const uint8_t* ga = a + i * kQ6_Kx8Bytes;
+    const uint8_t* gb = b + i * kQ6_Kx8Bytes;
+    prefetch_ahead(ga, kQ6_Kx8Bytes);
+    prefetch_ahead(gb, kQ6_Kx8Bytes);
+    __m512i scales[16];
+    for (int h = 0; h < 2; ++h)
+      for (int half = 0; half < 2; ++half)
+        for (int e = 0; e < 2; ++e) {
+          const int q = 4 * h + 2 * half + e, g = 8 * h + 2 * e + half;
+          uint8_t* first = weights + 2 * q * kTile;
+          for (int s4 = 0; s4 < 4; ++s4) {
+            const int64_t step = 144 + 96 * (8 * h + 4 * half + s4);
+            __m256i qa[2], qb[2];
+            q6_k_weights(load32(ga + step + 32 * e), load32(ga + step + 64), e, qa[0], qa[1]);
+            q6_k_weights(load32(gb + step + 32 * e), load32(gb + step + 64), e, qb[0], qb[1]);
+            for (int k = 0; k < 2; ++k) {
+              _mm256_store_si256(reinterpret_cast<__m256i*>(first + k * kTile + 64 * s4), qa[k]);
+              _mm256_store_si256(reinterpret_cast<__m256i*>(first + k * kTile + 64 * s4 + 32), qb[k]);
+            }
+          }
+          scales[2 * q] = _mm512_cvtepi8_epi32(join8(ga + 16 + 8 * g, gb + 16 + 8 * g));
+          scales[2 * q + 1] = _mm512_cvtepi8_epi32(join8(ga + 16 + 8 * (g + 4), gb + 16 + 8 * (g + 4)));
+        }
+    __m512i sums[kTileRows];
+    for (int64_t m = 0; m < count; ++m) sums[m] = _mm512_setzero_si512();
+    tile_block_sums(x.row(m0) + i * 256, x.K, kOffsets, 64, weights, kTile, scales, 8, count, sums);
+    __m512i pair_scales[8];  // groups 2p and 2p + 1's scales, an int16 pair a row (as dot_q6_k_x8's)
+    for (int p = 0; p < 8; ++p) {
+      const __m128i two_a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ga + 16 + 16 * p));
+      const __m128i two_b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 16 + 16 * p));
+      pair_scales[p] = _mm512_cvtepi8_epi16(_mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_unpacklo_epi8(two_a, _mm_srli_si128(two_a, 8))), _mm_unpacklo_epi8(two_b, _mm_srli_si128(two_b, 8)), 1));
+    }
+    const __m512 d = _mm512_cvtph_ps(join16(ga, gb));
+    for (int64_t m = 0; m < count; ++m) {
+      const int16_t* sixteens = x.sixteens(m0 + m) + i * 16;
+      __m512i offset = _mm512_setzero_si512();
+      for (int p = 0; p < 8; ++p) {
+        int32_t pair;
+        std::memcpy(&pair, sixteens + 2 * p, 4);
+        offset = _mm512_dpwssd_epi32(offset, pair_scales[p], _mm512_set1_epi32(pair));
+      }
+      const __m512i sum = _mm512_sub_epi32(sums[m], _mm512_slli_epi32(offset, 5));
+      acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.scales(m0 + m)[i])), _mm512_cvtepi32_ps(sum), acc[m]);
+    }
+  }
+  for (int64_t m = 0; m < count; ++m) _mm512_storeu_ps(out + 16 * m, acc[m]);
+}
+#endif
+
 template <int MB>
 inline void dot_interleaved(int64_t format, const uint8_t* group, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
   if (format == kQ4_Kx8) return dot_q4_k_x8<MB>(group, blocks, x, m0, out);
@@ -546,8 +745,36 @@ inline int64_t block_row_bytes(int64_t format, int64_t K) { return K / block_wei
 inline void interleaved_product(const BlockRows& rows, const BlockMatrix& w, int64_t n0, int64_t n1, float* out_base,
                                 int64_t stride, const float* bias, bool accumulate) {
   const int64_t blocks = w.K / 256;
+  auto store = [&](const float* r, int64_t m0, int64_t count, int64_t n, int64_t width) {
+    for (int64_t m = 0; m < count; ++m)
+      for (int64_t j = 0; j < width; ++j) {
+        float v = r[m * width + j];
+        if (bias) v += bias[n + j];
+        float& o = out_base[(m0 + m) * stride + n + j];
+        o = accumulate ? o + v : v;
+      }
+  };
+  int64_t n = n0;
+#ifdef LOOKAHEAD_AMX_TILES
+  if (rows.M >= kAmxBlockFromRows && n1 - n0 >= 2 * kInterleaved && tiles_granted()) {
+    const bool q4_k = w.format == kQ4_Kx8;
+    float r[kTileRows * 2 * kInterleaved];
+    int64_t configured = 0;
+    for (; n + 2 * kInterleaved <= n1; n += 2 * kInterleaved) {
+      const uint8_t* a = w.data + n / kInterleaved * w.row_bytes;
+      for (int64_t m0 = 0; m0 < rows.M; m0 += kTileRows) {
+        const int64_t count = std::min<int64_t>(kTileRows, rows.M - m0);
+        if (configured != count) configure_block_tiles(configured = count, q4_k ? 32 : 16);
+        if (q4_k) tile_q4_k_x16(a, a + w.row_bytes, blocks, rows, m0, count, r);
+        else tile_q6_k_x16(a, a + w.row_bytes, blocks, rows, m0, count, r);
+        store(r, m0, count, n, 2 * kInterleaved);
+      }
+    }
+    _tile_release();
+  }
+#endif
   float r[kBlockRows * kInterleaved];
-  for (int64_t n = n0; n < n1; n += kInterleaved) {
+  for (; n < n1; n += kInterleaved) {
     const uint8_t* group = w.data + n / kInterleaved * w.row_bytes;
     for (int64_t m0 = 0; m0 < rows.M; m0 += kBlockRows) {
       const int64_t count = std::min<int64_t>(kBlockRows, rows.M - m0);
@@ -557,13 +784,7 @@ inline void interleaved_product(const BlockRows& rows, const BlockMatrix& w, int
         case 3: dot_interleaved<3>(w.format, group, blocks, rows, m0, r); break;
         default: dot_interleaved<4>(w.format, group, blocks, rows, m0, r); break;
       }
-      for (int64_t m = 0; m < count; ++m)
-        for (int64_t j = 0; j < kInterleaved; ++j) {
-          float v = r[m * kInterleaved + j];
-          if (bias) v += bias[n + j];
-          float& o = out_base[(m0 + m) * stride + n + j];
-          o = accumulate ? o + v : v;
-        }
+      store(r, m0, count, n, kInterleaved);
     }
   }
 }

@@ -23,10 +23,8 @@
 #include <vector>
 
 #include <immintrin.h>
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
+
+#include "amx_tiles.h"
 
 namespace lookahead {
 
@@ -237,29 +235,16 @@ inline __m512 join_bytes(__m512i hi, int32_t hi_bias, __m512i lo, int32_t lo_bia
   return _mm512_insertf32x8(_mm512_castps256_ps512(half(hi, lo, 0)), half(hi, lo, 1), 1);
 }
 
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
-constexpr int64_t kTileRows = 16;  // input rows a tile holds
+#ifdef LOOKAHEAD_AMX_TILES
 constexpr int64_t kAmxFromRows = 2;  // one row stays on vpdpbusd (tiles measured no faster for it)
-
-// Linux lends a process the tile registers only when it asks (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA);
-// where it refuses, the products stay on vpdpbusd.
-inline bool tiles_granted() {
-  static const bool granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  return granted;
-}
 
 // This thread's tiles: 0 and 3 the hi and lo sums (rows x 16 int32), 1 and 4 the rows' hi and lo bytes
 // (rows x 64), 2 the weights (16 quads x 16 channels x 4 bytes: one packed block's 64 inputs).
 inline void configure_tiles(int64_t rows) {
-  struct alignas(64) {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-  } config;
-  for (int tile : {0, 1, 2, 3, 4}) config.colsb[tile] = 64;
-  for (int tile : {0, 1, 3, 4}) config.rows[tile] = static_cast<uint8_t>(rows);
-  config.rows[2] = 16;
-  _tile_loadconfig(&config);
+  TileConfig config;
+  for (int tile : {0, 1, 3, 4}) config.set(tile, rows, 64);
+  config.set(2, 16, 64);
+  config.load();
 }
 
 // Sums of rows [m0, m0 + count) (count <= 16, tiles configured for it) against one packed block, into hi and
@@ -289,7 +274,7 @@ inline void product(const RoundedRows& rows, const void* weight, const float* ch
                     const Output& to) {
   const uint8_t* packed = static_cast<const uint8_t*>(weight);
   const int64_t quads = packed_quads(rows.K);
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#ifdef LOOKAHEAD_AMX_TILES
   const bool tiles = rows.M >= kAmxFromRows && tiles_granted();
   const int64_t per_block = tiles ? kTileRows : kInputRows;
   int64_t configured = 0;
@@ -305,7 +290,7 @@ inline void product(const RoundedRows& rows, const void* weight, const float* ch
     const uint8_t* block = packed + n / kChannelBlock * quads * 64;
     for (int64_t m0 = 0; m0 < rows.M; m0 += per_block) {  // the block stays in L1 for every block of rows
       const int count = static_cast<int>(std::min<int64_t>(per_block, rows.M - m0));
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#ifdef LOOKAHEAD_AMX_TILES
       if (tiles) {
         if (configured != count) configure_tiles(configured = count);
         tile_sums(rows, block, quads, m0, tile[0], tile[1]);
@@ -313,7 +298,7 @@ inline void product(const RoundedRows& rows, const void* weight, const float* ch
 #endif
         block_sums_rows<kInputRows>(block, quads, rows, m0, count, hi, lo);
       for (int m = 0; m < count; ++m) {
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#ifdef LOOKAHEAD_AMX_TILES
         if (tiles) {
           hi[0] = _mm512_load_si512(tile[0] + m * kChannelBlock);
           lo[0] = _mm512_load_si512(tile[1] + m * kChannelBlock);
@@ -331,7 +316,7 @@ inline void product(const RoundedRows& rows, const void* weight, const float* ch
       }
     }
   }
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#ifdef LOOKAHEAD_AMX_TILES
   if (configured) _tile_release();
 #endif
 }

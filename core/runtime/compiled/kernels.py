@@ -44,6 +44,7 @@ SOURCES = (
     "decoder_step.h",
     "int8_products.h",
     "block_products.h",
+    "amx_tiles.h",
     "row_attention.h",
 )
 """The C++ sources: the operators, the step's arithmetic and the headers they include (all of them key the built

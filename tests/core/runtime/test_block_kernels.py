@@ -145,18 +145,19 @@ def test_the_models_own_forward_runs_the_kernels_products(tmp_path: Path) -> Non
 def test_an_interleaved_weight_gives_the_as_stored_products_bit_for_bit(kind: Q) -> None:
     """The layout made at load (8 rows a group, the scales unpacked) holds the file's blocks byte for byte, and
     its products are the as-stored kernel's to the bit, for any number of rows, each row the bits of that row
-    alone: a model interleaved keeps every row of a step equal to its 1-token step."""
+    alone: a model interleaved keeps every row of a step equal to its 1-token step. With AMX, steps of 2 rows
+    or more take tiles for pairs of groups (16 rows at a time, the third group on vpdpbusd): the same bits."""
     rng = np.random.default_rng(int(kind))
     stored = torch.from_numpy(random_blocks(24, 768, kind, rng))
     groups, format_id = interleave(stored, int(kind))
     assert format_id == INTERLEAVED_FORMATS[kind] and groups.shape[0] == 3
     assert np.array_equal(as_stored(groups.numpy(), format_id), stored.numpy())
     assert torch.equal(dequantize(groups, format_id), dequantize(stored, int(kind)))
-    x = torch.randn(6, 768, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(33, 768, generator=torch.Generator().manual_seed(1))
     x[2, 256:512] = 0  # a block of zeros: its scale 0
     bias = torch.randn(24, generator=torch.Generator().manual_seed(2))
     linear = torch.ops.lookahead.block_linear
-    for rows in range(1, 7):
+    for rows in (*range(1, 7), 16, 17, 33):  # tiles of 16 rows: full, one row past, two and a row
         as_stored_rows = linear(x[:rows], stored, int(kind), bias)
         together = linear(x[:rows], groups, format_id, bias)
         assert torch.equal(together, as_stored_rows), rows
