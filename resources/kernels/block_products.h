@@ -10,11 +10,12 @@
 //
 // A weight row is decoded once (nibbles, high bits) for up to kBlockRows input rows at a time, which keeps its
 // bytes in L1 while the rows are multiplied: a k-token step reads the weights once, like a 1-token step.
-// Q4_K and Q6_K weights are interleaved at load where their rows come in whole groups of 8 (kQ4_Kx8, kQ6_Kx8):
-// a vector then holds 4 weights of each of 8 rows, multiplied by 4 inputs broadcast, so the scales, minimums and
-// nibbles are decoded once for 8 rows and a block's float arithmetic is one vector for 8 rows (a Q4_K product
-// about 2.5x faster in cache). Every kernel of a format sums a block in integers and adds it with the same fp32
-// operations (q4_k_block; the Q6_K kernels' one fma), so interleaved and as stored give a row the same bits.
+// Weights are interleaved at load where their rows come in whole groups of 8 (kQ4_Kx8, kQ6_Kx8, kQ5_0x8,
+// kQ8_0x8): a vector then holds 4 weights of each of 8 rows, multiplied by 4 inputs broadcast, so the scales,
+// minimums, nibbles and high bits are decoded once for 8 rows and a block's float arithmetic is one vector for 8
+// rows (a Q4_K product about 2.5x faster in cache). Every kernel of a format sums a block in integers and adds it
+// with the same fp32 operations (q4_k_block, block_32; the Q6_K kernels' one fma), so interleaved and as stored
+// give a row the same bits.
 // Products of unsigned weight bytes by signed activation bytes: vpmaddubsw (its int16 pair sums cannot saturate
 // here: |q| <= 63 or, for Q8_0, |w| <= 128 against |x| <= 127) or, with AVX-512 VNNI, vpdpbusd on 256-bit vectors;
 // with AMX, interleaved weights in steps of 2 rows or more take tiles (tile_q4_k_x16, tile_q6_k_x16).
@@ -35,25 +36,38 @@ namespace lookahead {
 
 // The GGUF (ggml) type ids of the block formats read here.
 constexpr int64_t kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;
-// Q4_K and Q6_K interleaved (interleave): not GGUF types, our own layouts of those weights, made once at load.
-constexpr int64_t kQ4_Kx8 = 112, kQ6_Kx8 = 114;
+// The block formats interleaved (interleave): not GGUF types, our own layouts of those weights, made once at load.
+constexpr int64_t kQ5_0x8 = 106, kQ8_0x8 = 108, kQ4_Kx8 = 112, kQ6_Kx8 = 114;
 constexpr int64_t kInterleaved = 8;                           // weight rows a group interleaves
 constexpr int64_t kQ4_Kx8Bytes = kInterleaved * 144 + 32;     // a group's block of 256 inputs
 constexpr int64_t kQ6_Kx8Bytes = kInterleaved * 210;
+constexpr int64_t kQ5_0x8Bytes = kInterleaved * 22;           // a group's block of 32 inputs
+constexpr int64_t kQ8_0x8Bytes = kInterleaved * 34;
 constexpr int kBlockRows = 4;  // input rows multiplied per decoded weight row
 
 inline bool is_block_format(int64_t format) {
   return format == kQ5_0 || format == kQ8_0 || format == kQ4_K || format == kQ6_K;
 }
-// The formats a weight may have in the products: the GGUF block formats, or Q4_K or Q6_K interleaved. And the
+// The formats a weight may have in the products: the GGUF block formats, or one of them interleaved. And the
 // rows of the tensor holding a weight of N rows (a group of 8 in a row where interleaved), and back.
-inline bool is_interleaved(int64_t format) { return format == kQ4_Kx8 || format == kQ6_Kx8; }
+inline bool is_interleaved(int64_t format) {
+  return format == kQ4_Kx8 || format == kQ6_Kx8 || format == kQ5_0x8 || format == kQ8_0x8;
+}
 inline bool is_weight_format(int64_t format) { return is_block_format(format) || is_interleaved(format); }
+// A block format's interleaved layout.
+inline int64_t interleaved_format(int64_t format) {
+  switch (format) {
+    case kQ4_K: return kQ4_Kx8;
+    case kQ6_K: return kQ6_Kx8;
+    case kQ5_0: return kQ5_0x8;
+    default: return kQ8_0x8;
+  }
+}
 inline int64_t stored_rows(int64_t format, int64_t N) { return is_interleaved(format) ? N / kInterleaved : N; }
 inline int64_t weight_rows(int64_t format, int64_t stored) { return is_interleaved(format) ? stored * kInterleaved : stored; }
 // Weights a block holds, and its bytes.
 inline int64_t block_weights(int64_t format) {
-  return format == kQ4_K || format == kQ6_K || is_interleaved(format) ? 256 : 32;
+  return format == kQ4_K || format == kQ6_K || format == kQ4_Kx8 || format == kQ6_Kx8 ? 256 : 32;
 }
 inline int64_t block_bytes(int64_t format) {
   switch (format) {
@@ -62,6 +76,8 @@ inline int64_t block_bytes(int64_t format) {
     case kQ4_K: return 144;
     case kQ4_Kx8: return kQ4_Kx8Bytes;  // a group of 8 rows' block
     case kQ6_Kx8: return kQ6_Kx8Bytes;
+    case kQ5_0x8: return kQ5_0x8Bytes;
+    case kQ8_0x8: return kQ8_0x8Bytes;
     default: return 210;
   }
 }
@@ -299,21 +315,25 @@ inline void dot_q6_k(const uint8_t* w, int64_t blocks, const BlockRows& x, int64
   for (int m = 0; m < MB; ++m) out[m] = acc[m];
 }
 
+// A 32-input block's part of a row's product (Q8_0, Q5_0): the sum so far plus d dx S, S the block's integer sum,
+// one rounding (the interleaved kernels' lanes do the same).
+inline float block_32(float acc, float d, float dx, int32_t S) { return std::fma(d * dx, static_cast<float>(S), acc); }
+
 // Q8_0, 32 weights in 34 bytes: d (fp16), 32 int8. Signed by signed bytes as |w| by x with w's sign.
 template <int MB>
 inline void dot_q8_0(const uint8_t* w, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
-  __m256 acc[MB];
-  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
+  float acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = 0.0f;
   for (int64_t i = 0; i < blocks; ++i) {
     const uint8_t* b = w + i * 34;
     const float d = half_to_float(b);
     const __m256i q = load32(b + 2), magnitude = _mm256_sign_epi8(q, q);
     for (int m = 0; m < MB; ++m) {
       const __m256i in = _mm256_sign_epi8(load32(x.row(m0 + m) + i * 32), q);
-      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d * x.scales(m0 + m)[i]), _mm256_cvtepi32_ps(dot_bytes(magnitude, in)), acc[m]);
+      acc[m] = block_32(acc[m], d, x.scales(m0 + m)[i], hsum_int32(dot_bytes(magnitude, in)));
     }
   }
-  for (int m = 0; m < MB; ++m) out[m] = hsum(acc[m]);
+  for (int m = 0; m < MB; ++m) out[m] = acc[m];
 }
 
 // 32 bits as 32 bytes: 0x10 where the bit is set, else 0.
@@ -329,8 +349,8 @@ inline __m256i bits_as_bytes(uint32_t bits) {
 // w = d (q - 16).
 template <int MB>
 inline void dot_q5_0(const uint8_t* w, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
-  __m256 acc[MB];
-  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
+  float acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = 0.0f;
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   for (int64_t i = 0; i < blocks; ++i) {
     const uint8_t* b = w + i * 22;
@@ -344,10 +364,10 @@ inline void dot_q5_0(const uint8_t* w, int64_t blocks, const BlockRows& x, int64
     const __m256i magnitude = _mm256_sign_epi8(q, q);  // signed by signed bytes as |w| by x with w's sign
     for (int m = 0; m < MB; ++m) {
       const __m256i in = _mm256_sign_epi8(load32(x.row(m0 + m) + i * 32), q);
-      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d * x.scales(m0 + m)[i]), _mm256_cvtepi32_ps(dot_bytes(magnitude, in)), acc[m]);
+      acc[m] = block_32(acc[m], d, x.scales(m0 + m)[i], hsum_int32(dot_bytes(magnitude, in)));
     }
   }
-  for (int m = 0; m < MB; ++m) out[m] = hsum(acc[m]);
+  for (int m = 0; m < MB; ++m) out[m] = acc[m];
 }
 
 template <int MB>
@@ -361,12 +381,12 @@ inline void dot_block_rows(int64_t format, const uint8_t* w, int64_t K, const Bl
   }
 }
 
-// Groups [g0, g1) of `blocks` (rows of K / 256 blocks of `stored` bytes) into `out` (a group's block of `group`
-// bytes after another): copy(row r's block, the group's block, r) for each of the 8 rows.
+// Groups [g0, g1) of `blocks` (rows of K / `inputs` blocks of `stored` bytes) into `out` (a group's block of
+// `group` bytes after another): copy(row r's block, the group's block, r) for each of the 8 rows.
 template <typename Copy>
-inline void interleave_groups(const uint8_t* blocks, int64_t K, int64_t stored, int64_t group, uint8_t* out,
-                              int64_t g0, int64_t g1, Copy copy) {
-  const int64_t B = K / 256, row_bytes = B * stored;
+inline void interleave_groups(const uint8_t* blocks, int64_t K, int64_t inputs, int64_t stored, int64_t group,
+                              uint8_t* out, int64_t g0, int64_t g1, Copy copy) {
+  const int64_t B = K / inputs, row_bytes = B * stored;
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t i = 0; i < B; ++i)
       for (int64_t r = 0; r < kInterleaved; ++r)
@@ -382,7 +402,7 @@ inline void interleave_groups(const uint8_t* blocks, int64_t K, int64_t stored, 
 // (nibbles, scales, d and dmin) is done once for 8 rows, and the float arithmetic of a block is one vector for 8.
 // A row's sums are the as-stored kernel's integers and its floats the same operations (q4_k_block): the same bits.
 inline void q4_k_interleave(const uint8_t* blocks, int64_t K, uint8_t* out, int64_t g0, int64_t g1) {
-  interleave_groups(blocks, K, 144, kQ4_Kx8Bytes, out, g0, g1, [](const uint8_t* b, uint8_t* o, int64_t r) {
+  interleave_groups(blocks, K, 256, 144, kQ4_Kx8Bytes, out, g0, g1, [](const uint8_t* b, uint8_t* o, int64_t r) {
     std::memcpy(o + 2 * r, b, 2);
     std::memcpy(o + 16 + 2 * r, b + 2, 2);
     uint8_t scales[8], mins[8];
@@ -397,7 +417,7 @@ inline void q4_k_interleave(const uint8_t* blocks, int64_t K, uint8_t* out, int6
 // sc[group g][row r] (int8), then for each half h and step t (16 x 96 bytes) the rows' 4 bytes of ql[64 h + 4 t],
 // of ql[64 h + 32 + 4 t] and of qh[32 h + 4 t]: the 16 weights 128 h + 32 u + 4 t + i (u = 0..3) of each row.
 inline void q6_k_interleave(const uint8_t* blocks, int64_t K, uint8_t* out, int64_t g0, int64_t g1) {
-  interleave_groups(blocks, K, 210, kQ6_Kx8Bytes, out, g0, g1, [](const uint8_t* b, uint8_t* o, int64_t r) {
+  interleave_groups(blocks, K, 256, 210, kQ6_Kx8Bytes, out, g0, g1, [](const uint8_t* b, uint8_t* o, int64_t r) {
     std::memcpy(o + 2 * r, b + 208, 2);
     for (int j = 0; j < 16; ++j) o[16 + 8 * j + r] = b[192 + j];
     for (int h = 0; h < 2; ++h)
@@ -407,6 +427,34 @@ inline void q6_k_interleave(const uint8_t* blocks, int64_t K, uint8_t* out, int6
         std::memcpy(step + 32, b + 64 * h + 32 + 4 * t, 4);
         std::memcpy(step + 64, b + 128 + 32 * h + 4 * t, 4);
       }
+  });
+}
+
+// Q5_0 interleaved, 176 bytes a group's block of 32 inputs: the 8 rows' d (fp16); 8 words of 32 high bits, word v's
+// bit 4 r + i the high bit of row r's weight 4 v + i; then the nibbles, byte 48 + 32 t + 4 r + i being row r's qs[4 t
+// + i] (low nibble weight 4 t + i, high nibble weight 16 + 4 t + i). Vector v (nibbles t = v % 4, low or high)
+// holds 4 weights of each row, its word their high bits as a byte mask.
+inline void q5_0_interleave(const uint8_t* blocks, int64_t K, uint8_t* out, int64_t g0, int64_t g1) {
+  interleave_groups(blocks, K, 32, 22, kQ5_0x8Bytes, out, g0, g1, [](const uint8_t* b, uint8_t* o, int64_t r) {
+    std::memcpy(o + 2 * r, b, 2);
+    uint32_t high;
+    std::memcpy(&high, b + 2, 4);
+    for (int v = 0; v < 8; ++v) {
+      uint32_t word;
+      std::memcpy(&word, o + 16 + 4 * v, 4);
+      word = (word & ~(0xFu << (4 * r))) | (((high >> (4 * v)) & 0xFu) << (4 * r));
+      std::memcpy(o + 16 + 4 * v, &word, 4);
+    }
+    for (int t = 0; t < 4; ++t) std::memcpy(o + 48 + 32 * t + 4 * r, b + 6 + 4 * t, 4);
+  });
+}
+
+// Q8_0 interleaved, 272 bytes a group's block of 32 inputs: the 8 rows' d (fp16), then byte 16 + 32 v + 4 r + i
+// row r's weight 4 v + i.
+inline void q8_0_interleave(const uint8_t* blocks, int64_t K, uint8_t* out, int64_t g0, int64_t g1) {
+  interleave_groups(blocks, K, 32, 34, kQ8_0x8Bytes, out, g0, g1, [](const uint8_t* b, uint8_t* o, int64_t r) {
+    std::memcpy(o + 2 * r, b, 2);
+    for (int v = 0; v < 8; ++v) std::memcpy(o + 16 + 32 * v + 4 * r, b + 2 + 4 * v, 4);
   });
 }
 
@@ -725,10 +773,99 @@ inline void tile_q6_k_x16(const uint8_t* a, const uint8_t* b, int64_t blocks, co
 }
 #endif
 
+// The nibbles q (< 16) with 32 high bits: 0x10 added to byte j where bit j is set.
+inline __m256i with_high_bits(__m256i q, uint32_t bits) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  return _mm256_mask_add_epi8(q, static_cast<__mmask32>(bits), q, _mm256_set1_epi8(0x10));  // q < 16: + is |
+#else
+  return _mm256_or_si256(q, bits_as_bytes(bits));
+#endif
+}
+
+// Input rows m0 .. m0 + MB - 1 times a group of 8 interleaved Q5_0 rows: out[8 m + r]. The weights as unsigned
+// q = w + 16 (0..31) against the rounded inputs, less 16 times the inputs' sum of the block: the as-stored
+// kernel's integer, then its fma (block_32), lane for lane.
+template <int MB>
+inline void dot_q5_0_x8(const uint8_t* w, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
+  __m256 acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  for (int64_t i = 0; i < blocks; ++i) {
+    const uint8_t* b = w + i * kQ5_0x8Bytes;
+    uint32_t high[8];
+    std::memcpy(high, b + 16, 32);
+    __m256i lo_sum[MB], hi_sum[MB];
+    for (int m = 0; m < MB; ++m) lo_sum[m] = hi_sum[m] = _mm256_setzero_si256();
+    for (int t = 0; t < 4; ++t) {
+      const __m256i bits = load32(b + 48 + 32 * t);
+      const __m256i lo = with_high_bits(_mm256_and_si256(bits, nibble), high[t]);
+      const __m256i hi = with_high_bits(_mm256_and_si256(_mm256_srli_epi16(bits, 4), nibble), high[4 + t]);
+      for (int m = 0; m < MB; ++m) {
+        const int8_t* in = x.row(m0 + m) + i * 32 + 4 * t;
+        lo_sum[m] = add_dot_bytes(lo_sum[m], lo, broadcast4(in));
+        hi_sum[m] = add_dot_bytes(hi_sum[m], hi, broadcast4(in + 16));
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+    for (int m = 0; m < MB; ++m) {
+      const __m256i offset = _mm256_set1_epi32(16 * x.thirty_twos(m0 + m)[i]);
+      const __m256i sum = _mm256_sub_epi32(_mm256_add_epi32(lo_sum[m], hi_sum[m]), offset);
+      acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x.scales(m0 + m)[i])), _mm256_cvtepi32_ps(sum), acc[m]);
+    }
+  }
+  for (int m = 0; m < MB; ++m) _mm256_storeu_ps(out + 8 * m, acc[m]);
+}
+
+// Input rows m0 .. m0 + MB - 1 times a group of 8 interleaved Q8_0 rows: out[8 m + r]. With VNNI the weights go in
+// as unsigned w + 128, less 128 times the inputs' sum of the block; else as |w| against the inputs with w's sign
+// (vpmaddubsw's pair sums would saturate on w + 128). The same integer either way, then block_32's fma.
+template <int MB>
+inline void dot_q8_0_x8(const uint8_t* w, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
+  __m256 acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < blocks; ++i) {
+    const uint8_t* b = w + i * kQ8_0x8Bytes;
+    __m256i sums[MB], more[MB];
+    for (int m = 0; m < MB; ++m) sums[m] = more[m] = _mm256_setzero_si256();
+    for (int v = 0; v < 8; v += 2) {
+      const __m256i q0 = load32(b + 16 + 32 * v), q1 = load32(b + 48 + 32 * v);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+      const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+      const __m256i u0 = _mm256_xor_si256(q0, flip), u1 = _mm256_xor_si256(q1, flip);
+      for (int m = 0; m < MB; ++m) {
+        const int8_t* in = x.row(m0 + m) + i * 32 + 4 * v;
+        sums[m] = _mm256_dpbusd_epi32(sums[m], u0, broadcast4(in));
+        more[m] = _mm256_dpbusd_epi32(more[m], u1, broadcast4(in + 4));
+      }
+#else
+      const __m256i a0 = _mm256_sign_epi8(q0, q0), a1 = _mm256_sign_epi8(q1, q1);
+      for (int m = 0; m < MB; ++m) {
+        const int8_t* in = x.row(m0 + m) + i * 32 + 4 * v;
+        sums[m] = add_dot_bytes(sums[m], a0, _mm256_sign_epi8(broadcast4(in), q0));
+        more[m] = add_dot_bytes(more[m], a1, _mm256_sign_epi8(broadcast4(in + 4), q1));
+      }
+#endif
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+    for (int m = 0; m < MB; ++m) {
+      __m256i sum = _mm256_add_epi32(sums[m], more[m]);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+      sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(128 * x.thirty_twos(m0 + m)[i]));
+#endif
+      acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x.scales(m0 + m)[i])), _mm256_cvtepi32_ps(sum), acc[m]);
+    }
+  }
+  for (int m = 0; m < MB; ++m) _mm256_storeu_ps(out + 8 * m, acc[m]);
+}
+
 template <int MB>
 inline void dot_interleaved(int64_t format, const uint8_t* group, int64_t blocks, const BlockRows& x, int64_t m0, float* out) {
-  if (format == kQ4_Kx8) return dot_q4_k_x8<MB>(group, blocks, x, m0, out);
-  dot_q6_k_x8<MB>(group, blocks, x, m0, out);
+  switch (format) {
+    case kQ4_Kx8: return dot_q4_k_x8<MB>(group, blocks, x, m0, out);
+    case kQ6_Kx8: return dot_q6_k_x8<MB>(group, blocks, x, m0, out);
+    case kQ5_0x8: return dot_q5_0_x8<MB>(group, blocks, x, m0, out);
+    default: return dot_q8_0_x8<MB>(group, blocks, x, m0, out);
+  }
 }
 
 
@@ -744,7 +881,7 @@ inline int64_t block_row_bytes(int64_t format, int64_t K) { return K / block_wei
 // Output channels [n0, n1) (whole groups of 8) of the rows times an interleaved weight, as block_product.
 inline void interleaved_product(const BlockRows& rows, const BlockMatrix& w, int64_t n0, int64_t n1, float* out_base,
                                 int64_t stride, const float* bias, bool accumulate) {
-  const int64_t blocks = w.K / 256;
+  const int64_t blocks = w.K / block_weights(w.format);
   auto store = [&](const float* r, int64_t m0, int64_t count, int64_t n, int64_t width) {
     for (int64_t m = 0; m < count; ++m)
       for (int64_t j = 0; j < width; ++j) {
@@ -756,7 +893,8 @@ inline void interleaved_product(const BlockRows& rows, const BlockMatrix& w, int
   };
   int64_t n = n0;
 #ifdef LOOKAHEAD_AMX_TILES
-  if (rows.M >= kAmxBlockFromRows && n1 - n0 >= 2 * kInterleaved && tiles_granted()) {
+  if ((w.format == kQ4_Kx8 || w.format == kQ6_Kx8) && rows.M >= kAmxBlockFromRows && n1 - n0 >= 2 * kInterleaved &&
+      tiles_granted()) {
     const bool q4_k = w.format == kQ4_Kx8;
     float r[kTileRows * 2 * kInterleaved];
     int64_t configured = 0;

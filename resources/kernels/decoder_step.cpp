@@ -349,8 +349,13 @@ void interleave_weight(const uint8_t* weight, int64_t format, int64_t N, int64_t
   const int64_t groups = N / kInterleaved, chunk = 16;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t g = 0; g < groups; g += chunk) {
-    if (format == kQ4_K) q4_k_interleave(weight, K, out, g, std::min(groups, g + chunk));
-    else q6_k_interleave(weight, K, out, g, std::min(groups, g + chunk));
+    const int64_t g1 = std::min(groups, g + chunk);
+    switch (format) {
+      case kQ4_K: q4_k_interleave(weight, K, out, g, g1); break;
+      case kQ6_K: q6_k_interleave(weight, K, out, g, g1); break;
+      case kQ5_0: q5_0_interleave(weight, K, out, g, g1); break;
+      default: q8_0_interleave(weight, K, out, g, g1); break;
+    }
   }
 }
 

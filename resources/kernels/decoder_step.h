@@ -66,7 +66,7 @@ bool attention_takes(int64_t d);
 void block_linear_rows(const float* x, int64_t M, int64_t K, const uint8_t* weight, int64_t format, int64_t N,
                        const float* bias, float* y, int threads);
 
-// A Q4_K or Q6_K weight [N, row bytes] as its interleaved format [N / 8, group bytes].
+// A weight in a GGUF block format [N, row bytes] as its interleaved format [N / 8, group bytes].
 void interleave_weight(const uint8_t* weight, int64_t format, int64_t N, int64_t K, uint8_t* out, int threads);
 
 }  // namespace lookahead

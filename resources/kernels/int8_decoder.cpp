@@ -25,7 +25,7 @@ constexpr int64_t kHeadTensors = 3;    // the final norm, the head's weight, its
 constexpr int64_t kLayerBiases = 4;    // qkv, o, gate_up (gate then up), down (the head's last)
 
 // Whether w is an N x K weight of `format` as the products read it: a GGUF block format's rows of blocks
-// (uint8 [N, row bytes]), Q4_K or Q6_K interleaved (uint8 [N / 8, group bytes]), or int8 packed (int8_pack) or as it
+// (uint8 [N, row bytes]), interleaved (uint8 [N / 8, group bytes]), or int8 packed (int8_pack) or as it
 // is [N, K].
 bool reads(const at::Tensor& w, int64_t format, int64_t N, int64_t K) {
   if (!w.is_contiguous()) return false;
@@ -227,16 +227,16 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t f
   return out;
 }
 
-// A Q4_K or Q6_K weight [N, row bytes] (N a multiple of 8) interleaved for the products: [N / 8, group bytes]
-// (q4_k_interleave, q6_k_interleave), the same products bit for bit, their decoding shared by 8 rows.
+// A weight in a GGUF block format [N, row bytes] (N a multiple of 8) interleaved for the products: [N / 8, group
+// bytes] (q4_k_interleave and the others), the same products bit for bit, their decoding shared by 8 rows.
 at::Tensor interleave(const at::Tensor& weight, int64_t format) {
-  TORCH_CHECK(format == kQ4_K || format == kQ6_K, "interleave: a Q4_K or Q6_K weight");
+  TORCH_CHECK(is_block_format(format), "interleave: a Q4_K, Q6_K, Q5_0 or Q8_0 weight");
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kByte && weight.size(1) % block_bytes(format) == 0 &&
                   weight.size(0) % kInterleaved == 0,
               "interleave: a weight [N, row bytes] of N a multiple of ", kInterleaved, " rows");
   const at::Tensor w = weight.contiguous();
-  const int64_t N = w.size(0), K = w.size(1) / block_bytes(format) * 256;
-  const int64_t interleaved = format == kQ4_K ? kQ4_Kx8 : kQ6_Kx8;
+  const int64_t N = w.size(0), K = w.size(1) / block_bytes(format) * block_weights(format);
+  const int64_t interleaved = interleaved_format(format);
   at::Tensor out = at::empty({N / kInterleaved, block_row_bytes(interleaved, K)}, w.options());
   interleave_weight(w.data_ptr<uint8_t>(), format, N, K, out.data_ptr<uint8_t>(), at::get_num_threads());
   return out;

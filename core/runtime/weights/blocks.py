@@ -2,9 +2,9 @@
 
 A model loaded from a GGUF file keeps each weight's blocks as a view of the memory-mapped file: nothing is
 converted, so the model takes the file's memory and a warm load only maps it. The one copy: where the kernels
-run, a Q4_K or Q6_K weight is interleaved 8 rows at a time (:data:`INTERLEAVED_FORMATS`, the kernels'
-``interleave``: the same blocks, laid out so that 8 rows share one decoding of the scales and a vector holds a
-lane a row), and the loader gives back the file's pages it read for it. The int8 decoder
+run, a weight of whole groups of 8 rows is interleaved 8 rows at a time (:data:`INTERLEAVED_FORMATS`, the
+kernels' ``interleave``: the same blocks, laid out so that 8 rows share one decoding of the scales, nibbles and
+high bits and a vector holds a lane a row), and the loader gives back the file's pages it read for it. The int8 decoder
 (``core.runtime.compiled.int8_decoder``) reads the blocks directly, and so does ``BlockLinear.forward``
 (transformers' own forward, as ``generate`` runs it) through the kernels' ``block_linear``, with the decoder's
 arithmetic. Where the kernels cannot run (no AVX2, no compiler) ``forward`` dequantizes the whole weight on every
@@ -32,30 +32,37 @@ BLOCK_FORMATS: dict[int, tuple[str, int, int]] = {
 """Each block format: its name, the weights a block holds and the block's bytes."""
 
 
-Q4_K_X8, Q6_K_X8 = 112, 114
-"""Q4_K and Q6_K interleaved by 8 rows (not GGUF types: the kernels' layouts, made at load by :func:`interleave`;
-``block_products.h`` gives them byte by byte). A Q4_K_X8 group's block of 256 inputs: the 8 rows' d and dmin
+Q5_0_X8, Q8_0_X8, Q4_K_X8, Q6_K_X8 = 106, 108, 112, 114
+"""The block formats interleaved by 8 rows (not GGUF types: the kernels' layouts, made at load by
+:func:`interleave`; ``block_products.h`` gives them byte by byte). A Q4_K_X8 group's block of 256 inputs: the 8 rows' d and dmin
 (fp16), their 8 sub-blocks' scales ``[sub-block][row]`` and minimums ``[pair][row][2]`` (one byte each), then the
 nibbles, byte ``256 c + 32 t + 4 r + i`` being row ``r``'s byte ``32 c + 4 t + i``. Q6_K_X8's: the rows' d, their
 16 scales ``[group][row]``, then per half ``h`` and step ``t`` the rows' 4 bytes of ``ql[64 h + 4 t]``, of
-``ql[64 h + 32 + 4 t]`` and of ``qh[32 h + 4 t]``."""
+``ql[64 h + 32 + 4 t]`` and of ``qh[32 h + 4 t]``. Q5_0_X8's block of 32 inputs: the rows' d, 8 words of high bits
+(word ``v``'s bit ``4 r + i`` row ``r``'s bit ``4 v + i``), then byte ``48 + 32 t + 4 r + i`` row ``r``'s
+``qs[4 t + i]``. Q8_0_X8's: the rows' d, then byte ``16 + 32 v + 4 r + i`` row ``r``'s weight ``4 v + i``."""
 
 INTERLEAVED = 8
 """Rows a group holds."""
 
-INTERLEAVED_FORMATS = {Q4_K: Q4_K_X8, Q6_K: Q6_K_X8}
+INTERLEAVED_FORMATS = {Q4_K: Q4_K_X8, Q6_K: Q6_K_X8, Q5_0: Q5_0_X8, Q8_0: Q8_0_X8}
 """Each format interleaved at load, and its interleaved format."""
 
-_STORED = {Q4_K_X8: Q4_K, Q6_K_X8: Q6_K}
-_GROUP_BLOCK_BYTES = {Q4_K_X8: INTERLEAVED * 144 + 32, Q6_K_X8: INTERLEAVED * 210}
-"""A group's block of 256 inputs: the 8 rows' blocks (Q4_K's with its scales unpacked, 32 bytes more)."""
+_STORED = {interleaved: stored for stored, interleaved in INTERLEAVED_FORMATS.items()}
+_GROUP_BLOCK_BYTES = {
+    Q4_K_X8: INTERLEAVED * 144 + 32,
+    Q6_K_X8: INTERLEAVED * 210,
+    Q5_0_X8: INTERLEAVED * 22,
+    Q8_0_X8: INTERLEAVED * 34,
+}
+"""A group's block: the 8 rows' blocks (Q4_K's with its scales unpacked, 32 bytes more)."""
 
 
 def row_bytes(format_id: int, inputs: int) -> int:
     """The bytes of one output channel's row of blocks over ``inputs`` inputs (of a group of 8 rows where
     interleaved)."""
     if format_id in _GROUP_BLOCK_BYTES:
-        return inputs // 256 * _GROUP_BLOCK_BYTES[format_id]
+        return inputs // BLOCK_FORMATS[_STORED[format_id]][1] * _GROUP_BLOCK_BYTES[format_id]
     _, weights, size = BLOCK_FORMATS[format_id]
     return inputs // weights * size
 
@@ -66,7 +73,7 @@ def interleaves(format_id: int, rows: int) -> bool:
 
 
 def interleave(blocks: torch.Tensor, format_id: int) -> tuple[torch.Tensor, int]:
-    """A Q4_K or Q6_K weight's blocks ``[rows, row bytes]`` interleaved ``[rows / 8, group row bytes]``, and their
+    """A block format weight's blocks ``[rows, row bytes]`` interleaved ``[rows / 8, group row bytes]``, and their
     format (the kernels must run: :func:`kernels_run`)."""
     return torch.ops.lookahead.interleave(blocks, format_id), INTERLEAVED_FORMATS[format_id]
 
@@ -78,7 +85,50 @@ def stored_format(format_id: int) -> int:
 
 def as_stored(groups: Any, format_id: int) -> Any:
     """Interleaved groups (numpy uint8 ``[G, group row bytes]``) back as the file's rows ``[8 G, row bytes]``."""
-    return _as_stored_q4_k(groups) if format_id == Q4_K_X8 else _as_stored_q6_k(groups)
+    return {Q4_K_X8: _as_stored_q4_k, Q6_K_X8: _as_stored_q6_k, Q5_0_X8: _as_stored_q5_0, Q8_0_X8: _as_stored_q8_0}[
+        format_id
+    ](groups)
+
+
+def _as_stored_q8_0(groups: Any) -> Any:
+    """:data:`Q8_0_X8` groups back as the file's Q8_0 rows."""
+    import numpy as np  # numpy: only for a GGUF model
+
+    count = groups.shape[0]
+    g = groups.reshape(count, -1, INTERLEAVED * 34)
+    blocks = g.shape[1]
+    out = np.empty((count, INTERLEAVED, blocks, 34), dtype=np.uint8)
+    out[..., 0:2] = g[..., 0:16].reshape(count, blocks, INTERLEAVED, 2).transpose(0, 2, 1, 3)
+    out[..., 2:] = (
+        g[..., 16:]
+        .reshape(count, blocks, 8, INTERLEAVED, 4)
+        .transpose(0, 3, 1, 2, 4)
+        .reshape(count, INTERLEAVED, blocks, 32)
+    )
+    return out.reshape(count * INTERLEAVED, blocks * 34)
+
+
+def _as_stored_q5_0(groups: Any) -> Any:
+    """:data:`Q5_0_X8` groups back as the file's Q5_0 rows."""
+    import numpy as np  # numpy: only for a GGUF model
+
+    count = groups.shape[0]
+    g = groups.reshape(count, -1, INTERLEAVED * 22)
+    blocks = g.shape[1]
+    out = np.empty((count, INTERLEAVED, blocks, 22), dtype=np.uint8)
+    out[..., 0:2] = g[..., 0:16].reshape(count, blocks, INTERLEAVED, 2).transpose(0, 2, 1, 3)
+    words = g[..., 16:48].copy().view("<u4").reshape(count, blocks, 8)  # word v: bit 4 r + i = row r's bit 4 v + i
+    rows = np.arange(INTERLEAVED, dtype=np.uint32)[:, None]
+    nibbles = (words[:, None, :, :] >> (4 * rows)[None, :, None, :] & 0xF).astype(np.uint32)  # [G, row, B, v]
+    high = (nibbles << (4 * np.arange(8, dtype=np.uint32))).sum(-1, dtype=np.uint32)
+    out[..., 2:6] = high.astype("<u4")[..., None].view(np.uint8)
+    out[..., 6:] = (
+        g[..., 48:]
+        .reshape(count, blocks, 4, INTERLEAVED, 4)
+        .transpose(0, 3, 1, 2, 4)
+        .reshape(count, INTERLEAVED, blocks, 16)
+    )
+    return out.reshape(count * INTERLEAVED, blocks * 22)
 
 
 def _as_stored_q6_k(groups: Any) -> Any:

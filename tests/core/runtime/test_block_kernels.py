@@ -141,7 +141,7 @@ def test_the_models_own_forward_runs_the_kernels_products(tmp_path: Path) -> Non
             assert all(torch.equal(module(x[i : i + 1])[0], together[i]) for i in range(5)), module.format_name
 
 
-@pytest.mark.parametrize("kind", [Q.Q4_K, Q.Q6_K], ids=["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("kind", [Q.Q4_K, Q.Q6_K, Q.Q5_0, Q.Q8_0], ids=["Q4_K", "Q6_K", "Q5_0", "Q8_0"])
 def test_an_interleaved_weight_gives_the_as_stored_products_bit_for_bit(kind: Q) -> None:
     """The layout made at load (8 rows a group, the scales unpacked) holds the file's blocks byte for byte, and
     its products are the as-stored kernel's to the bit, for any number of rows, each row the bits of that row
@@ -164,8 +164,8 @@ def test_an_interleaved_weight_gives_the_as_stored_products_bit_for_bit(kind: Q)
         assert all(torch.equal(linear(x[r : r + 1], groups, format_id, bias)[0], together[r]) for r in range(rows))
 
 
-def test_the_loader_interleaves_q4_k_and_q6_k_weights_of_whole_groups(tmp_path: Path) -> None:
-    """The loader reads the file as stored while the kernels build, then lays out each Q4_K and Q6_K weight of
+def test_the_loader_interleaves_the_weights_of_whole_groups(tmp_path: Path) -> None:
+    """The loader reads the file as stored while the kernels build, then lays out each weight of
     whole groups of 8 rows interleaved (the tiny model's head, of 260 rows, stays as stored), and the decoder
     reads both."""
     path = tmp_path / "tiny.gguf"
