@@ -392,6 +392,8 @@ def _migrate_ours(conn: sqlite3.Connection, path: Path) -> None:
     tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     if version == 0 and tables:  # each migration sets the version with its tables: these are not ours
         raise HistoryForeign(path, f"it holds tables Lookahead Chat did not make: {', '.join(tables)}")
+    if version < 0:  # ours count up from 0; a negative one (another program's, or a damaged header) is not ours
+        raise HistoryForeign(path, f"its schema version {version} is not one Lookahead Chat writes")
     try:
         migrate(conn)
     except sqlite3.Error as err:

@@ -272,6 +272,7 @@ def foreign_sqlite(path: Path, schema: str, version: int = 0) -> None:
         ("table of our name", "it holds tables Lookahead Chat did not make: conversations"),
         ("tables of its own", "it holds tables Lookahead Chat did not make: notes"),
         ("our version, not our columns", "its conversations table lacks id, title, created, updated, system_prompt"),
+        ("a negative version", "its schema version -2147483648 is not one Lookahead Chat writes"),  # an IndexError once
         ("a folder", "it is a folder"),
     ],
 )
@@ -285,6 +286,8 @@ def test_a_file_that_is_not_our_history_is_set_aside_untouched(kind: str, reason
         foreign_sqlite(path, "CREATE TABLE notes (x)")
     elif kind == "our version, not our columns":
         foreign_sqlite(path, "CREATE TABLE conversations (x)", version=SCHEMA_VERSION)
+    elif kind == "a negative version":  # a damaged header's bytes 60-63, as the property test met them
+        foreign_sqlite(path, "CREATE TABLE conversations (x)", version=-(2**31))
     else:
         path.mkdir()
         (path / "inside.txt").write_text("kept")
