@@ -90,84 +90,76 @@ def as_stored(groups: Any, format_id: int) -> Any:
     ](groups)
 
 
-def _as_stored_q8_0(groups: Any) -> Any:
-    """:data:`Q8_0_X8` groups back as the file's Q8_0 rows."""
+def _groups(groups: Any, format_id: int) -> tuple[Any, Any]:
+    """Interleaved groups ``[G, group row bytes]`` as ``[G, blocks, group block bytes]``, and the file's rows to
+    fill, ``[G, 8 rows, blocks, block bytes]``."""
     import numpy as np  # numpy: only for a GGUF model
 
-    count = groups.shape[0]
-    g = groups.reshape(count, -1, INTERLEAVED * 34)
-    blocks = g.shape[1]
-    out = np.empty((count, INTERLEAVED, blocks, 34), dtype=np.uint8)
-    out[..., 0:2] = g[..., 0:16].reshape(count, blocks, INTERLEAVED, 2).transpose(0, 2, 1, 3)
-    out[..., 2:] = (
-        g[..., 16:]
-        .reshape(count, blocks, 8, INTERLEAVED, 4)
+    g = groups.reshape(groups.shape[0], -1, _GROUP_BLOCK_BYTES[format_id])
+    stored_bytes = BLOCK_FORMATS[_STORED[format_id]][2]
+    return g, np.empty((g.shape[0], INTERLEAVED, g.shape[1], stored_bytes), dtype=np.uint8)
+
+
+def _row_parts(part: Any, each: int) -> Any:
+    """A group block's part laid ``[item][row][each bytes]`` as each row's items, ``[G, row, blocks, items x each]``."""
+    count, blocks = part.shape[:2]
+    return (
+        part.reshape(count, blocks, -1, INTERLEAVED, each)
         .transpose(0, 3, 1, 2, 4)
-        .reshape(count, INTERLEAVED, blocks, 32)
+        .reshape(count, INTERLEAVED, blocks, -1)
     )
-    return out.reshape(count * INTERLEAVED, blocks * 34)
+
+
+def _as_stored_q8_0(groups: Any) -> Any:
+    """:data:`Q8_0_X8` groups back as the file's Q8_0 rows."""
+    g, out = _groups(groups, Q8_0_X8)
+    out[..., 0:2] = _row_parts(g[..., 0:16], 2)
+    out[..., 2:] = _row_parts(g[..., 16:], 4)
+    return out.reshape(-1, g.shape[1] * 34)
 
 
 def _as_stored_q5_0(groups: Any) -> Any:
     """:data:`Q5_0_X8` groups back as the file's Q5_0 rows."""
     import numpy as np  # numpy: only for a GGUF model
 
-    count = groups.shape[0]
-    g = groups.reshape(count, -1, INTERLEAVED * 22)
-    blocks = g.shape[1]
-    out = np.empty((count, INTERLEAVED, blocks, 22), dtype=np.uint8)
-    out[..., 0:2] = g[..., 0:16].reshape(count, blocks, INTERLEAVED, 2).transpose(0, 2, 1, 3)
-    words = g[..., 16:48].copy().view("<u4").reshape(count, blocks, 8)  # word v: bit 4 r + i = row r's bit 4 v + i
-    rows = np.arange(INTERLEAVED, dtype=np.uint32)[:, None]
-    nibbles = (words[:, None, :, :] >> (4 * rows)[None, :, None, :] & 0xF).astype(np.uint32)  # [G, row, B, v]
-    high = (nibbles << (4 * np.arange(8, dtype=np.uint32))).sum(-1, dtype=np.uint32)
-    out[..., 2:6] = high.astype("<u4")[..., None].view(np.uint8)
-    out[..., 6:] = (
-        g[..., 48:]
-        .reshape(count, blocks, 4, INTERLEAVED, 4)
-        .transpose(0, 3, 1, 2, 4)
-        .reshape(count, INTERLEAVED, blocks, 16)
-    )
-    return out.reshape(count * INTERLEAVED, blocks * 22)
+    g, out = _groups(groups, Q5_0_X8)
+    out[..., 0:2] = _row_parts(g[..., 0:16], 2)
+    words = g[..., 16:48].copy().view("<u4")  # [G, B, v]: word v's bit 4 r + i = row r's bit 4 v + i
+    rows = 4 * np.arange(INTERLEAVED, dtype=np.uint32)  # row r's bits in a word
+    nibbles = words[:, None, :, :] >> rows[None, :, None, None] & 0xF  # [G, row, B, v]
+    words_bits = 4 * np.arange(words.shape[-1], dtype=np.uint32)  # word v's in a row's high bits
+    out[..., 2:6] = (nibbles << words_bits).sum(-1, dtype=np.uint32).astype("<u4")[..., None].view(np.uint8)
+    out[..., 6:] = _row_parts(g[..., 48:], 4)
+    return out.reshape(-1, g.shape[1] * 22)
 
 
 def _as_stored_q6_k(groups: Any) -> Any:
     """:data:`Q6_K_X8` groups back as the file's Q6_K rows."""
-    import numpy as np  # numpy: only for a GGUF model
-
-    count = groups.shape[0]
-    g = groups.reshape(count, -1, INTERLEAVED * 210)
-    blocks = g.shape[1]
-    out = np.empty((count, INTERLEAVED, blocks, 210), dtype=np.uint8)
-    out[..., 208:210] = g[..., 0:16].reshape(count, blocks, INTERLEAVED, 2).transpose(0, 2, 1, 3)
-    out[..., 192:208] = g[..., 16:144].reshape(count, blocks, 16, INTERLEAVED).transpose(0, 3, 1, 2)
+    g, out = _groups(groups, Q6_K_X8)
+    count, blocks = g.shape[:2]
+    out[..., 208:210] = _row_parts(g[..., 0:16], 2)
+    out[..., 192:208] = _row_parts(g[..., 16:144], 1)
     steps = g[..., 144:].reshape(count, blocks, 2, 8, 3, INTERLEAVED, 4).transpose(0, 5, 1, 2, 4, 3, 6)
     # steps [G, row, B, half, part, t, 4]: part 0 ql[64 h + 4 t], 1 ql[64 h + 32 + 4 t], 2 qh[32 h + 4 t]
     out[..., 0:128] = steps[:, :, :, :, 0:2].reshape(count, INTERLEAVED, blocks, 128)
     out[..., 128:192] = steps[:, :, :, :, 2].reshape(count, INTERLEAVED, blocks, 64)
-    return out.reshape(count * INTERLEAVED, blocks * 210)
+    return out.reshape(-1, blocks * 210)
 
 
 def _as_stored_q4_k(groups: Any) -> Any:
     """:data:`Q4_K_X8` groups (numpy uint8 ``[G, group row bytes]``) back as the file's Q4_K rows
     ``[8 G, row bytes]``: what gguf's own dequantization reads."""
-    import numpy as np  # numpy: only for a GGUF model
-
-    count = groups.shape[0]
-    g = groups.reshape(count, -1, INTERLEAVED * 144 + 32)
-    blocks = g.shape[1]
-    out = np.empty((count, INTERLEAVED, blocks, 144), dtype=np.uint8)
-    rows_first = (0, 2, 1, 3)  # [G, B, 8 rows, bytes] -> [G, 8 rows, B, bytes]
-    out[..., 0:2] = g[..., 0:16].reshape(count, blocks, INTERLEAVED, 2).transpose(rows_first)
-    out[..., 2:4] = g[..., 16:32].reshape(count, blocks, INTERLEAVED, 2).transpose(rows_first)
-    sc = g[..., 32:96].reshape(count, blocks, 8, INTERLEAVED).transpose(0, 3, 1, 2)  # [G, 8 rows, B, sub-block]
-    m = g[..., 96:160].reshape(count, blocks, 4, INTERLEAVED, 2).transpose(0, 3, 1, 2, 4).reshape(sc.shape)
+    g, out = _groups(groups, Q4_K_X8)
+    count, blocks = g.shape[:2]
+    out[..., 0:2] = _row_parts(g[..., 0:16], 2)
+    out[..., 2:4] = _row_parts(g[..., 16:32], 2)
+    sc = _row_parts(g[..., 32:96], 1)  # [G, 8 rows, B, sub-block]
+    m = _row_parts(g[..., 96:160], 2)
     out[..., 4:8] = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)
     out[..., 8:12] = m[..., :4] | ((m[..., 4:] >> 4) << 6)
     out[..., 12:16] = (sc[..., 4:] & 0xF) | ((m[..., 4:] & 0xF) << 4)
-    qs = g[..., 160:].reshape(count, blocks, 4, 8, INTERLEAVED, 4).transpose(0, 4, 1, 2, 3, 5)
-    out[..., 16:] = qs.reshape(count, INTERLEAVED, blocks, 128)
-    return out.reshape(count * INTERLEAVED, blocks * 144)
+    out[..., 16:] = _row_parts(g[..., 160:], 4)
+    return out.reshape(-1, blocks * 144)
 
 
 def reads_as_stored(format_id: int, inputs: int) -> bool:
